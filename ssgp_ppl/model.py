@@ -1,0 +1,253 @@
+"""The one NumPyro model every catalog entry reuses: y = Φ_θ(X) s + ε (seed 001 eqs. 2-3).
+
+* frequencies θ (m, d): free variables with a spectral-density prior given lengthscales ℓ, or free
+  point estimates (SSGP optimized), or fixed standard spectral points scaled by inverse lengthscales λ
+  (seed 004 eq. 4; SSGP fixed, Tan et al.);
+* nuisance s (2m,) ~ N(0, Λ), Λ = σ_s²/m I (seed 001 eq. 3), either sampled or integrated out
+  in closed form (the SSGP marginal likelihood, seed 001 App. E / Lázaro-Gredilla et al. 2010);
+* noise σ_n, signal σ_s and the lengthscales: type-II (``numpyro.param``), fixed, or with a prior
+  (half-Cauchy as seed 004, half-normal, log-normal, or normal for λ).
+
+The observation plate takes minibatches: pass ``n_total`` (training-set size) and the likelihood of a
+batch of b rows is scaled by n_total / b, so the ELBO estimate is unbiased.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from jax.scipy.linalg import solve_triangular
+from numpyro.distributions import constraints
+
+from ssgp_ppl import spectral
+from ssgp_ppl.errors import SSGPError
+
+ROLES = ("learned", "fixed", "prior")
+PRIORS = ("half_cauchy", "half_normal", "lognormal", "normal")
+HYPERPARAMETERS = ("noise", "signal", "lengthscales", "inverse_lengthscales")
+
+
+class Hyper(NamedTuple):
+    """How a hyperparameter enters the model.
+
+    role "learned": ``numpyro.param`` with initial value ``value`` (type-II / point estimate);
+    role "fixed": the constant ``value``; role "prior": a sample site with prior ``dist(loc, scale)``.
+    """
+
+    role: str = "learned"
+    value: float = 1.0
+    dist: str = "half_cauchy"
+    loc: float = 0.0
+    scale: float = 1.0
+
+    def prior(self, shape=()):
+        """The prior distribution of a role-"prior" hyperparameter, expanded to ``shape``."""
+        if self.dist == "half_cauchy":
+            d = dist.HalfCauchy(self.scale)
+        elif self.dist == "half_normal":
+            d = dist.HalfNormal(self.scale)
+        elif self.dist == "lognormal":
+            d = dist.LogNormal(self.loc, self.scale)
+        elif self.dist == "normal":
+            d = dist.Normal(self.loc, self.scale)
+        else:  # validated by the catalog; kept for direct users
+            raise SSGPError(f"unknown prior {self.dist!r}; known: {', '.join(PRIORS)}")
+        return d.expand(shape).to_event(len(shape)) if shape else d
+
+
+@dataclass(frozen=True, eq=False)
+class SSGPSpec:
+    """Everything the model needs besides data; built by :mod:`ssgp_ppl.catalog` from a TOML entry.
+
+    ``spectral_points`` (m, d) are the fixed standard draws used by the scaled parameterisation and
+    as the initial frequencies of the free one (r = s / 2πℓ).
+    """
+
+    m: int
+    d: int
+    spectral_points: jax.Array  # (m, d)
+    density: str = "se"
+    parameterization: str = "free"  # free | scaled
+    frequencies: str = "prior"  # prior | learned (free parameterisation only)
+    nuisance: str = "sampled"  # sampled | marginalized
+    likelihood: str = "gaussian"
+    noise: Hyper = field(default_factory=lambda: Hyper("learned", 0.3))
+    signal: Hyper = field(default_factory=lambda: Hyper("learned", 1.0))
+    lengthscales: Hyper = field(default_factory=lambda: Hyper("learned", 1.0))
+    inverse_lengthscales: Hyper = field(default_factory=lambda: Hyper("learned", 1.0))
+
+    def latent_sites(self) -> tuple[str, ...]:
+        """Names of the model's latent sample sites (what a guide must cover)."""
+        sites = [h for h in ("noise", "signal") if getattr(self, h).role == "prior"]
+        if self.parameterization == "free":
+            if self.frequencies == "prior":
+                if self.lengthscales.role == "prior":
+                    sites.append("lengthscales")
+                sites.append("frequencies")
+        elif self.inverse_lengthscales.role == "prior":
+            sites.append("inverse_lengthscales")
+        if self.nuisance == "sampled":
+            sites.append("nuisance")
+        return tuple(sites)
+
+    def learned_sites(self) -> tuple[str, ...]:
+        """Names of the type-II (``numpyro.param``) hyperparameters of the model."""
+        out = [h for h in ("noise", "signal") if getattr(self, h).role == "learned"]
+        if self.parameterization == "free":
+            if self.frequencies == "learned":
+                out.append("frequencies")
+            elif self.lengthscales.role == "learned":
+                out.append("lengthscales")
+        elif self.inverse_lengthscales.role == "learned":
+            out.append("inverse_lengthscales")
+        return tuple(out)
+
+
+def _hyper(name: str, h: Hyper, shape=()):
+    """Value of a hyperparameter site according to its role."""
+    if h.role == "fixed":
+        return jnp.full(shape, h.value) if shape else jnp.asarray(h.value)
+    if h.role == "learned":
+        init = jnp.full(shape, h.value) if shape else jnp.asarray(h.value)
+        return numpyro.param(name, init, constraint=constraints.positive)
+    return numpyro.sample(name, h.prior(shape))
+
+
+def frequency_prior(lengthscales, m: int, density: str):
+    """Prior of the m free frequency vectors given ℓ: m i.i.d. draws of p(r) (seed 001 eq. 1)."""
+    nu = spectral.check_density(density)
+    scale = 1.0 / (spectral.TWO_PI * lengthscales)  # (d,)
+    d = scale.shape[-1]
+    if nu is None:
+        return dist.Normal(jnp.zeros((m, d)), jnp.broadcast_to(scale, (m, d))).to_event(2)
+    return dist.MultivariateStudentT(
+        2.0 * nu, jnp.zeros((m, d)), jnp.broadcast_to(jnp.diag(scale), (m, d, d))
+    ).to_event(1)
+
+
+def marginal_log_likelihood(phi, y, signal, noise):
+    """log p(y | θ, σ_s, σ_n) with s integrated out, O(n m²) (seed 001 App. E; LG 2010 eq. 8).
+
+    With A = ΦᵀΦ + (m σ_n²/σ_s²) I_{2m} (2m × 2m, Φ the (n, 2m) design matrix):
+    log p = −(yᵀy − yᵀΦA⁻¹Φᵀy)/(2σ_n²) − ½log|A| + m log(m σ_n²/σ_s²) − (n/2) log(2πσ_n²).
+    """
+    n, two_m = phi.shape
+    m = two_m // 2
+    ratio = m * noise**2 / signal**2
+    a = phi.T @ phi + ratio * jnp.eye(two_m, dtype=phi.dtype)
+    chol = jnp.linalg.cholesky(a)
+    c = solve_triangular(chol, phi.T @ y, lower=True)
+    quad = (y @ y - c @ c) / noise**2
+    logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
+    return -0.5 * quad - 0.5 * logdet + m * jnp.log(ratio) - 0.5 * n * jnp.log(2 * math.pi * noise**2)
+
+
+class SSGPMarginal(dist.Distribution):
+    """Distribution of y (n,) with the nuisance s integrated out: N(0, σ_s²/m ΦΦᵀ + σ_n² I).
+
+    ``log_prob`` is :func:`marginal_log_likelihood`, O(n m²) rather than O(n³).
+    """
+
+    arg_constraints = {"signal": constraints.positive, "noise": constraints.positive}
+    support = constraints.real_vector
+    reparametrized_params = ["signal", "noise"]
+
+    def __init__(self, phi, signal, noise, *, validate_args=None):
+        self.phi, self.signal, self.noise = phi, signal, noise
+        super().__init__(batch_shape=(), event_shape=phi.shape[:1], validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        two_m = self.phi.shape[1]
+        ks, ke = jax.random.split(key)
+        s = jax.random.normal(ks, sample_shape + (two_m,)) * self.signal / math.sqrt(two_m // 2)
+        eps = jax.random.normal(ke, sample_shape + self.event_shape) * self.noise
+        return s @ self.phi.T + eps
+
+    def log_prob(self, value):
+        return marginal_log_likelihood(self.phi, value, self.signal, self.noise)
+
+
+def frequencies_of(spec: SSGPSpec, d: int):
+    """Sample/param statements for the frequencies θ (m, d) according to the parameterisation."""
+    if spec.parameterization == "scaled":
+        lam = _hyper("inverse_lengthscales", spec.inverse_lengthscales, (d,))
+        freq = spectral.frequencies_from_spectral_points(spec.spectral_points, lam)
+        return numpyro.deterministic("frequencies", freq)
+    if spec.frequencies == "learned":
+        init = spec.spectral_points / (spectral.TWO_PI * spec.lengthscales.value)
+        return numpyro.param("frequencies", init)
+    ell = _hyper("lengthscales", spec.lengthscales, (d,))
+    return numpyro.sample("frequencies", frequency_prior(ell, spec.m, spec.density))
+
+
+def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None):
+    """SSGP regression y = Φ_θ(x) s + ε, ε ~ N(0, σ_n²) (seed 001 eq. 3; seed 004 eq. 5).
+
+    x: (b, d) inputs of this (mini)batch; y: (b,) targets or None; n_total: training-set size
+    when x is a minibatch (the batch likelihood is scaled by n_total / b).
+    """
+    b, d = x.shape
+    if d != spec.d:
+        raise SSGPError(f"inputs have {d} columns but the model was built for {spec.d}")
+    noise = _hyper("noise", spec.noise)
+    signal = _hyper("signal", spec.signal)
+    freq = frequencies_of(spec, d)
+    phi = spectral.features(x, freq)  # (b, 2m)
+    if spec.nuisance == "marginalized":
+        if n_total is not None and n_total != b:
+            raise SSGPError("the marginalized-nuisance likelihood does not factorise: no minibatches")
+        numpyro.sample("y", SSGPMarginal(phi, signal, noise), obs=y)
+        return
+    prior_scale = signal / math.sqrt(spec.m)
+    s = numpyro.sample("nuisance", dist.Normal(0.0, prior_scale).expand([2 * spec.m]).to_event(1))
+    f = numpyro.deterministic("f", phi @ s)
+    scale = 1.0 if n_total is None else n_total / b
+    with numpyro.plate("data", b), numpyro.handlers.scale(scale=scale):
+        numpyro.sample("y", dist.Normal(f, noise), obs=y)
+
+
+# --------------------------------------------------------------------------- predictive rules
+
+
+def marginal_predictive(x_train, y_train, x_test, frequencies, signal, noise):
+    """Exact SSGP predictive of f* given θ with s integrated on all training data (LG 2010 eq. 7).
+
+    mean = φ*ᵀA⁻¹Φᵀy, var = σ_n² φ*ᵀA⁻¹φ*, A = ΦᵀΦ + (mσ_n²/σ_s²) I. Returns (mean, var) of f*.
+    """
+    phi = spectral.features(x_train, frequencies)
+    phi_star = spectral.features(x_test, frequencies)
+    two_m = phi.shape[1]
+    a = phi.T @ phi + (two_m // 2) * noise**2 / signal**2 * jnp.eye(two_m, dtype=phi.dtype)
+    chol = jnp.linalg.cholesky(a)
+    w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ y_train)
+    v = solve_triangular(chol, phi_star.T, lower=True)  # (2m, n*)
+    return phi_star @ w, noise**2 * jnp.sum(v**2, axis=0)
+
+
+def degenerate_predictive(x_test, frequencies, nuisance):
+    """γ = 1 test conditional f* = φ_θ(x*)ᵀ s (seed 001 Prop. 1 with γ = 1; VSSGP)."""
+    mean = spectral.features(x_test, frequencies) @ nuisance
+    return mean, jnp.zeros_like(mean)
+
+
+RULES = ("marginal", "degenerate")
+
+
+def predict_draws(rule: str, sites: dict, x_train, y_train, x_test):
+    """Per-draw predictive (mean_f, var_f) (S, n*) under ``rule`` from site values (S, ...)."""
+    if rule == "marginal":
+        fn = jax.vmap(lambda fr, sg, nz: marginal_predictive(x_train, y_train, x_test, fr, sg, nz))
+        return fn(sites["frequencies"], sites["signal"], sites["noise"])
+    if rule == "degenerate":
+        if "nuisance" not in sites:
+            raise SSGPError("the degenerate predictive needs sampled nuisance variables s")
+        return jax.vmap(lambda fr, s: degenerate_predictive(x_test, fr, s))(
+            sites["frequencies"], sites["nuisance"]
+        )
+    raise SSGPError(f"unknown predictive rule {rule!r}; known: {', '.join(RULES)}")
