@@ -77,6 +77,7 @@ SCHEMA: dict = {
             "lr": Field((int, float), 0.02, "Adam step size", low=0, open_low=True),
             "chunk": Field(int, 250, "steps per jitted scan", low=1),
             "tol": Field((int, float), 1e-6, "relative change of the smoothed loss to stop", low=0),
+            "min_steps": Field(int, 0, "no convergence stop before this many steps", low=0),
         },
         "svi": {
             "guide": Field(str, "auto_mvn", "guide name (ssgp_ppl.guides)"),
@@ -86,6 +87,7 @@ SCHEMA: dict = {
             "num_particles": Field(int, 1, "ELBO Monte Carlo particles per step", low=1),
             "chunk": Field(int, 250, "steps per jitted scan", low=1),
             "tol": Field((int, float), 1e-5, "relative change of the smoothed loss to stop", low=0),
+            "min_steps": Field(int, 0, "no convergence stop before this many steps", low=0),
         },
         "nuts": {
             "warmup": Field(int, 500, "warm-up iterations per chain", low=1),

@@ -131,6 +131,7 @@ def fit(
             batch = cfg["batch_size"] or None
         res = run_svi(model, guide, x, y, steps=steps or cfg["steps"], lr=cfg["lr"],
                       batch_size=batch, chunk=cfg["chunk"], seed=seed, tol=cfg["tol"],
+                      min_steps=min(cfg["min_steps"], steps or cfg["steps"]),
                       num_particles=cfg.get("num_particles", 1), progress=progress, desc=desc)
         params, losses, chains = res.params, res.losses, 1
         info.update(steps=res.steps, converged=res.converged)

@@ -51,15 +51,20 @@ def run_svi(
     seed: int = 0,
     tol: float = 1e-5,
     patience: int = 4,
+    min_steps: int = 0,
     num_particles: int = 1,
     progress: bool = True,
     desc: str = "svi",
 ) -> SVIResult:
     """Maximise the ELBO of ``model`` under ``guide`` with Adam; ``steps`` is an upper bound.
 
-    Convergence: the chunk-mean loss is smoothed (EMA, weight 0.5); the run stops when its relative
-    change stays below ``tol`` for ``patience`` chunks. A NaN loss stops the run with an error
-    naming the step and the last finite loss.
+    Convergence: with W = ``patience`` chunks, the run stops when the mean loss of the last W
+    chunks is lower than that of the W chunks before by less than ``tol`` relative to its size, or
+    by less than two standard errors of that difference (a stochastic ELBO never settles below its
+    own Monte Carlo noise; the noise is estimated from step-to-step differences, which removes the
+    trend and is ~0 for a deterministic loss). A NaN loss stops the run with an error naming the
+    step and the last finite loss. No early stop before ``min_steps`` (ELBOs of this model can
+    sit on a plateau for thousands of steps before dropping again).
     """
     if steps < 1:
         raise SSGPError(f"steps must be >= 1, got {steps}")
@@ -92,8 +97,8 @@ def run_svi(
 
     run_chunk = jax.jit(run_chunk, static_argnums=2)
     losses: list[np.ndarray] = []
-    smoothed = prev = None
-    calm = 0
+    means: list[float] = []
+    noise_var: list[float] = []
     converged = False
     start = time.perf_counter()
     done = 0
@@ -112,18 +117,18 @@ def run_svi(
                 )
             losses.append(chunk_losses)
             done += length
-            mean = float(chunk_losses.mean())
-            smoothed = mean if smoothed is None else 0.5 * smoothed + 0.5 * mean
+            means.append(float(chunk_losses.mean()))
+            diffs = np.diff(chunk_losses)
+            noise_var.append(float(diffs.var() / 2 / length) if length > 2 else 0.0)  # var of mean
             bar.update(length)
-            bar.set_postfix(loss=f"{smoothed:.4g}", refresh=False)
-            if prev is not None and abs(prev - smoothed) <= tol * max(abs(smoothed), 1.0):
-                calm += 1
-                if calm >= patience:
+            bar.set_postfix(loss=f"{means[-1]:.4g}", refresh=False)
+            if len(means) >= 2 * patience and done >= min_steps:
+                before = np.mean(means[-2 * patience:-patience])
+                after = np.mean(means[-patience:])
+                se = np.sqrt(np.sum(noise_var[-2 * patience:])) / patience
+                if before - after <= max(tol * max(abs(after), 1.0), 2.0 * se):
                     converged = True
                     break
-            else:
-                calm = 0
-            prev = smoothed
     seconds = time.perf_counter() - start
     params = svi.get_params(state)
     return SVIResult(params, np.concatenate(losses), done, converged, seconds)

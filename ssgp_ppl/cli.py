@@ -1,0 +1,167 @@
+"""``ssgp-ppl``: list catalog models, fit one on a data set, compare its VI with NUTS.
+
+Any bad input is one line on stderr and exit status 2 (``--debug`` shows the traceback).
+Progress bars go to stderr; tables to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+CHAINS_DEVICES = 4  # host devices so that 4 NUTS chains run in parallel
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ssgp-ppl", description=__doc__.splitlines()[0])
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("models", help="list the catalog entries")
+    m.add_argument("--json", action="store_true", help="machine-readable output")
+
+    def data_args(q):
+        q.add_argument("model", help="catalog entry name (see `ssgp-ppl models`) or a .toml path")
+        q.add_argument("--data", required=True, help="data set name or CSV/Parquet path")
+        q.add_argument("--target", help="target column of a CSV/Parquet file (default: last)")
+        q.add_argument("--split", type=int, default=0, help="split index / seed (default 0)")
+        q.add_argument("--subsample", type=int, help="rows to draw from a large data set")
+        q.add_argument("--data-dir", help="data directory (default: $SSGP_PPL_DATA or ../shared/data)")
+        q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+        q.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a catalog key, e.g. --set m=50 --set svi.lr=0.005")
+        q.add_argument("--x64", action="store_true", help="compute in float64")
+        q.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    f = sub.add_parser("fit", help="fit a catalog model, write metrics.json and posterior.nc")
+    data_args(f)
+    f.add_argument("--method", choices=("svi", "nuts", "ml"), help="default: the entry's own")
+    f.add_argument("--steps", type=int, help="SVI/ML steps, or NUTS draws per chain")
+    f.add_argument("--out", help="output directory (default runs/<model>-<data>-<method>)")
+
+    c = sub.add_parser("compare", help="fit every method of an entry plus NUTS; write a report")
+    data_args(c)
+    c.add_argument("--out", help="output directory (default reports/<model>-<data>)")
+    return p
+
+
+def _setup_jax(x64: bool) -> None:
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={CHAINS_DEVICES}"
+    import jax
+
+    if x64:
+        jax.config.update("jax_enable_x64", True)
+
+
+def _load_data(args):
+    from ssgp_ppl.datasets import load
+
+    return load(args.data, split=args.split, data_dir=args.data_dir, target=args.target,
+                subsample=args.subsample)
+
+
+def _entry(args):
+    from ssgp_ppl.catalog import load_entry
+
+    entry = load_entry(args.model)
+    return entry.with_overrides(args.sets) if args.sets else entry
+
+
+def _print_table(rows: list[dict], cols: list[str]) -> None:
+    def fmt(v):
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    cells = [[fmt(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+
+
+TABLE = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnlp", "crps",
+         "coverage_50", "coverage_90", "fit_seconds"]
+
+
+def cmd_models(args) -> None:
+    from ssgp_ppl.catalog import list_entries, load_entry
+
+    rows = []
+    for name in list_entries():
+        e = load_entry(name)
+        rows.append({"name": name, "methods": ",".join(e.methods), "guide": e.guide_name,
+                     "objective": "elbo" if "svi" in e.methods else "marginal likelihood",
+                     "description": e.description})
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+    else:
+        _print_table(rows, ["name", "methods", "guide", "objective", "description"])
+
+
+def write_json(path: Path, obj) -> None:
+    """Atomic JSON write (temporary file + rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def write_datatree(path: Path, dt) -> None:
+    """Atomic netCDF write of a DataTree."""
+    tmp = path.with_name(path.name + ".tmp")
+    dt.to_netcdf(tmp, engine="h5netcdf")
+    os.replace(tmp, path)
+
+
+def cmd_fit(args) -> None:
+    from ssgp_ppl.fit import fit, metrics_record
+
+    entry = _entry(args)
+    data = _load_data(args)
+    method = args.method or entry.methods[0]
+    out = Path(args.out or f"runs/{entry.name}-{data.name}-{method}")
+    out.mkdir(parents=True, exist_ok=True)
+    res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress)
+    record = metrics_record(res, data)
+    write_json(out / "metrics.json", record)
+    write_datatree(out / "posterior.nc", res.datatree)
+    _print_table([record], TABLE)
+    print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)
+
+
+def cmd_compare(args) -> None:
+    from ssgp_ppl.report import compare
+
+    entry = _entry(args)
+    data = _load_data(args)
+    out = Path(args.out or f"reports/{entry.name}-{data.name}")
+    records = compare(entry, data, out, seed=args.seed, progress=not args.no_progress)
+    _print_table(records, TABLE)
+    print(f"wrote {out / 'report.html'} and {out / 'comparison.json'}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command != "models":
+            _setup_jax(args.x64)
+        from ssgp_ppl.errors import SSGPError
+
+        try:
+            {"models": cmd_models, "fit": cmd_fit, "compare": cmd_compare}[args.command](args)
+        except SSGPError as e:
+            if args.debug:
+                raise
+            print(f"ssgp-ppl: error: {e}", file=sys.stderr)
+            return 2
+    except KeyboardInterrupt:
+        print("ssgp-ppl: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

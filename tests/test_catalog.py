@@ -1,0 +1,115 @@
+"""Catalog: every file in models/ validates and fits on real data; bad entries fail with file and key."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ssgp_ppl.catalog import SCHEMA, list_entries, load_entry, models_dir
+from ssgp_ppl.datasets import load
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.fit import fit
+
+ENTRIES = list_entries()
+
+# The entries' own SVI/ML settings; a short NUTS run (the full reference is the compare report's job).
+FAST_NUTS = ["nuts.warmup=150", "nuts.samples=100", "nuts.chains=2"]
+
+
+def test_catalog_is_not_empty():
+    assert {"ssgp", "ssgp_fixed", "ssgp_svi"} <= set(ENTRIES)
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return load("pendulum", split=0)
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_entry_fits_on_pendulum(name, pendulum):
+    """Each entry's own method, on the real pendulum split, beats predicting the mean."""
+    entry = load_entry(name)
+    method = entry.methods[0]
+    res = fit(entry, pendulum, method, seed=0, progress=False)
+    assert np.all(np.isfinite(res.mean)) and np.all(res.var > 0)
+    assert res.metrics["nmse"] < 0.9, res.metrics
+    if res.losses is not None:
+        k = max(len(res.losses) // 10, 1)
+        assert res.losses[-k:].mean() < res.losses[:k].mean()
+    post = res.datatree["posterior"]
+    assert "noise" in post.data_vars and post.sizes["chain"] == 1
+
+
+@pytest.mark.parametrize("name", [n for n in ENTRIES if "nuts" in load_entry(n).methods])
+def test_entry_nuts_reference(name, pendulum):
+    entry = load_entry(name).with_overrides(FAST_NUTS)
+    res = fit(entry, pendulum, "nuts", seed=0, progress=False)
+    assert res.datatree["posterior"].sizes["chain"] == 2
+    assert "y" in res.datatree["log_likelihood"].data_vars
+    assert res.metrics["nmse"] < 0.9, res.metrics
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    return p
+
+
+GOOD = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = "marginalized"\n'
+        '[inference]\nmethods = ["ml"]\n[model.noise]\nrole = "learned"\n')
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (GOOD.replace("m = 5", "m = 5\nbogus = 1"), ["bad.toml", "model.bogus", "unknown key"]),
+        (GOOD.replace("m = 5", 'm = "five"'), ["bad.toml", "model.m", "expected int"]),
+        (GOOD.replace("m = 5", "m = 0"), ["bad.toml", "model.m", ">= 1"]),
+        (GOOD.replace('role = "learned"', 'role = "guess"'), ["model.noise.role", "guess"]),
+        (GOOD.replace('description = "x"\n', ""), ["description", "required"]),
+        (GOOD.replace('["ml"]', '["nuts"]'), ["inference.methods", "nuts", "model.noise"]),
+        (GOOD.replace('["ml"]', '["svi"]'), ["inference.methods", "svi", "latent"]),
+        (GOOD + "[predictive]\nrule = 'degenerate'\n", ["predictive.rule", "nuisance"]),
+        (GOOD.replace("m = 5", "m = 5\nspectral_density = 'rq'"), ["model.spectral_density", "rq"]),
+        (GOOD + "[inference.svi]\nguide = 'nope'\n", ["inference.svi.guide", "nope"]),
+        (GOOD + "[model.signal]\nrole = 'prior'\nscale = -1.0\n", ["model.signal.scale", "> 0"]),
+        ("description = \n", ["bad.toml", "not valid TOML"]),
+    ],
+    ids=["unknown-key", "wrong-type", "m-zero", "bad-role", "no-description", "nuts-learned",
+         "svi-no-latents", "degenerate-marginal", "bad-density", "bad-guide", "neg-scale", "bad-toml"],
+)
+def test_bad_entry_names_file_and_key(tmp_path, text, words):
+    with pytest.raises(SSGPError) as err:
+        load_entry(_write(tmp_path, text))
+    msg = str(err.value)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_overrides_short_and_dotted_keys():
+    e = load_entry("ssgp_svi")
+    e2 = e.with_overrides(["m=7", "svi.lr=0.005", "steps=10", "noise.scale=2"])
+    assert e2.config["model"]["m"] == 7
+    assert e2.config["inference"]["svi"]["lr"] == 0.005
+    assert e2.config["inference"]["svi"]["steps"] == 10  # ambiguous leaf -> the entry's own method
+    assert e2.config["model"]["noise"]["scale"] == 2.0
+    assert e.config["model"]["m"] == 10  # the original is untouched
+    with pytest.raises(SSGPError, match="unknown key 'gamma_x'"):
+        e.with_overrides(["gamma_x=1"])
+    with pytest.raises(SSGPError, match="model.m"):
+        e.with_overrides(["m=-3"])
+    with pytest.raises(SSGPError, match="ambiguous"):
+        e.with_overrides(["scale=1"])
+
+
+def test_unknown_model_lists_known():
+    with pytest.raises(SSGPError, match="known: .*ssgp_svi"):
+        load_entry("no_such_model")
+
+
+def test_every_schema_key_is_documented_in_readme():
+    readme = (models_dir().parent / "README.md").read_text()
+    for section in ("model", "inference", "predictive"):
+        for key in SCHEMA[section]:
+            assert f"`{key}`" in readme, f"README catalog format lacks {section}.{key}"

@@ -1,0 +1,64 @@
+"""The ssgp-ppl command line, end to end on the bundled pendulum data."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from ssgp_ppl.cli import main
+
+EXE = [sys.executable, "-m", "ssgp_ppl.cli"]
+KEYS = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnlp", "crps",
+        "coverage_50", "coverage_90", "fit_seconds", "predict_seconds"]
+
+
+def run(*args, **kw):
+    env = {**os.environ, "PYTHONWARNINGS": "error"}
+    return subprocess.run([*EXE, *args], capture_output=True, text=True, env=env, timeout=600, **kw)
+
+
+def test_fit_ssgp_pendulum_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    r = run("fit", "ssgp", "--data", "pendulum", "--out", str(out), "--set", "ml.steps=800")
+    assert r.returncode == 0, r.stderr
+    rec = json.loads((out / "metrics.json").read_text())
+    assert list(rec) == KEYS
+    assert rec["n_train"] == 315 and rec["n_test"] == 315 and rec["method"] == "ml"
+    assert 0 < rec["nmse"] < 1
+    assert "nmse" in r.stdout and "ssgp" in r.stdout  # the printed table
+    dt = xr.open_datatree(out / "posterior.nc", engine="h5netcdf")
+    assert dt.attrs["model"] == "ssgp"
+    assert dt["predictions"]["f_mean"].shape == (1, 1, 315)
+    assert np.isfinite(dt["posterior"]["noise"].values).all()
+
+
+def test_models_json():
+    r = run("models", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    names = {row["name"] for row in rows}
+    assert {"ssgp", "ssgp_fixed", "ssgp_svi"} <= names
+    assert all({"name", "guide", "objective", "description"} <= set(row) for row in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["fit", "ssgp", "--data", "nosuchdata"], ["unknown data set", "pendulum"]),
+        (["fit", "nosuchmodel", "--data", "pendulum"], ["unknown catalog model", "ssgp"]),
+        (["fit", "ssgp", "--data", "pendulum", "--set", "bogus=1"], ["unknown key"]),
+        (["fit", "ssgp", "--data", "pendulum", "--set", "m=0"], ["model.m"]),
+        (["fit", "ssgp", "--data", "pendulum", "--method", "nuts"], ["NUTS needs priors"]),
+    ],
+    ids=["unknown-data", "unknown-model", "unknown-set-key", "impossible-m", "nuts-on-ml"],
+)
+def test_bad_input_is_one_line_exit_2(args, words, capsys):
+    assert main([*args, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("ssgp-ppl: error:"), err
+    for w in words:
+        assert w in err, err

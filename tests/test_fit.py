@@ -1,0 +1,97 @@
+"""Fitting pipeline: the SSGP baseline on pendulum, DataTrees, the SVI runner's stopping rules."""
+
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+import xarray as xr
+from numpyro.infer.autoguide import AutoNormal
+
+from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.datasets import load
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.fit import fit
+from ssgp_ppl.inference import run_svi
+from ssgp_ppl.metrics import nmse
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return load("pendulum", split=0)
+
+
+def test_ssgp_optimized_pendulum_nmse(pendulum):
+    """SSGP (optimized) on the 315/315 pendulum split: test NMSE <= 0.5 (an exact ARD-SE GP gets
+    about 0.25 on such a split; SSGP optimized is known to overfit in MNLP, not in NMSE)."""
+    res = fit(load_entry("ssgp"), pendulum, "ml", seed=0, progress=False)
+    assert res.metrics["nmse"] <= 0.5, res.metrics
+    y = pendulum.y_scaler.inverse(pendulum.y_test)
+    assert res.metrics["nmse"] == pytest.approx(nmse(y, res.mean))
+
+
+def test_svi_datatree_groups_and_netcdf_roundtrip(pendulum, tmp_path):
+    entry = load_entry("ssgp_svi").with_overrides(["svi.steps=300", "svi.min_steps=0", "draws=20"])
+    res = fit(entry, pendulum, "svi", seed=0, progress=False)
+    dt = res.datatree
+    assert {"posterior", "observed_data", "predictions", "log_likelihood"} <= set(dt.children)
+    post = dt["posterior"]
+    assert post["frequencies"].dims == ("chain", "draw", "frequency", "input")
+    assert post["frequencies"].shape == (1, 20, 10, 9)
+    assert post["nuisance"].shape == (1, 20, 20)
+    assert dt["log_likelihood"]["y"].shape == (1, 20, 315)
+    # the moment-matched predictive equals the mixture of the stored per-draw predictives
+    f_mean = dt["predictions"]["f_mean"].values[0]
+    scale = float(pendulum.y_scaler.scale)
+    assert np.allclose(res.mean, pendulum.y_scaler.inverse(f_mean.mean(0)), rtol=1e-5, atol=1e-5 * scale)
+    path = tmp_path / "post.nc"
+    dt.to_netcdf(path, engine="h5netcdf")
+    back = xr.open_datatree(path, engine="h5netcdf")
+    np.testing.assert_array_equal(back["posterior"]["noise"].values, post["noise"].values)
+    assert back.attrs["model"] == "ssgp_svi" and back.attrs["method"] == "svi"
+
+
+def _toy(x, y=None):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+
+def test_svi_stops_when_converged_and_matches_conjugate_posterior():
+    """Normal-normal: the exact posterior of mu is N(Σy/(n+0.01), 1/(n+0.01))."""
+    rng = np.random.default_rng(0)
+    y = jnp.asarray(rng.normal(1.5, 1.0, 200))
+    x = jnp.zeros((200, 1))
+    res = run_svi(_toy, AutoNormal(_toy), x, y, steps=20000, lr=0.05, chunk=200, seed=0,
+                  num_particles=4, progress=False)
+    assert res.converged and res.steps < 20000
+    post_mean = float(y.sum() / (200 + 0.01))
+    assert res.params["mu_auto_loc"] == pytest.approx(post_mean, abs=0.02)
+    assert res.params["mu_auto_scale"] == pytest.approx((1 / 200.01) ** 0.5, rel=0.15)
+
+
+def test_svi_nan_loss_names_step_and_last_finite_loss():
+    def model(x, y=None):  # loss = log p; Adam walks p down by ~lr a step until log p is NaN
+        p = numpyro.param("p", 0.045)
+        numpyro.factor("f", -jnp.log(p))
+
+    with pytest.raises(SSGPError, match=r"NaN/inf at step [4-6]; last finite loss -[0-9.]+ "):
+        run_svi(model, lambda x, y=None: None, jnp.zeros((3, 1)), jnp.zeros(3), steps=100,
+                lr=0.01, chunk=50, progress=False)
+
+
+def test_svi_minibatch_recovers_full_batch_solution():
+    """Minibatches with n_total scaling reach the same posterior mean as full batches."""
+    rng = np.random.default_rng(1)
+    y = jnp.asarray(rng.normal(-0.7, 1.0, 2000))
+    x = jnp.zeros((2000, 1))
+
+    def model(x, y=None, n_total=None):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+        with numpyro.plate("data", x.shape[0]), numpyro.handlers.scale(
+                scale=1.0 if n_total is None else n_total / x.shape[0]):
+            numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    res = run_svi(model, AutoNormal(model), x, y, steps=6000, lr=0.01, batch_size=100, seed=0,
+                  progress=False)
+    assert res.params["mu_auto_loc"] == pytest.approx(float(y.mean()), abs=0.03)
