@@ -165,8 +165,9 @@ class SSGPMarginal(dist.Distribution):
     def sample(self, key, sample_shape=()):
         two_m = self.phi.shape[1]
         ks, ke = jax.random.split(key)
-        s = jax.random.normal(ks, sample_shape + (two_m,)) * self.signal / math.sqrt(two_m // 2)
-        eps = jax.random.normal(ke, sample_shape + self.event_shape) * self.noise
+        dtype = self.phi.dtype
+        s = jax.random.normal(ks, sample_shape + (two_m,), dtype) * self.signal / math.sqrt(two_m // 2)
+        eps = jax.random.normal(ke, sample_shape + self.event_shape, dtype) * self.noise
         return s @ self.phi.T + eps
 
     def log_prob(self, value):

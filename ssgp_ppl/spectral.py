@@ -57,7 +57,8 @@ def spectral_density(r, lengthscales, density: str = "se"):
     d = r.shape[-1]
     omega = TWO_PI * r * ell  # whitened angular frequency
     q = jnp.sum(omega**2, axis=-1)
-    log_jac = d * math.log(TWO_PI) + jnp.sum(jnp.log(ell))  # |dω_white / dr|
+    # |dω_white / dr|; a scalar ℓ is shared by all d inputs (so it counts d times)
+    log_jac = d * math.log(TWO_PI) + jnp.sum(jnp.broadcast_to(jnp.log(ell), r.shape[-1:]))
     if nu is None:
         log_p = -0.5 * q - 0.5 * d * math.log(2 * math.pi)
     else:

@@ -74,8 +74,8 @@ def test_density_matches_scipy_pointwise(x64, density):
     np.testing.assert_allclose(got, want, rtol=1e-10)
 
 
-# BUG (reported, not fixed here): a scalar (isotropic) lengthscale broadcasts in the exponent but the
-# log-Jacobian uses sum(log ℓ) = log ℓ instead of d·log ℓ, so p(r) is off by a factor ℓ^(d-1).
+# Regression: a scalar (isotropic) lengthscale must count d times in the log-Jacobian (it once
+# counted once, making p(r) off by a factor ℓ^(d-1)).
 @pytest.mark.parametrize("density", DENSITIES)
 def test_density_scalar_lengthscale_matches_ard_vector(x64, density):
     r = np.array([[0.1, 0.2], [-0.3, 0.05]])
