@@ -53,7 +53,7 @@ for name, r in baselines.items():
 # %%
 entry = load_entry("ssgp_svi")
 if SMALL:
-    entry = entry.with_overrides(["svi.steps=300", "svi.min_steps=0", "draws=20",
+    entry = entry.with_overrides(["svi.steps=300", "svi.min_steps=0", "samples=20",
                                   "nuts.warmup=50", "nuts.samples=50", "nuts.chains=2"])
 vi = fit(entry, data, "svi", progress=False)
 mc = fit(entry, data, "nuts", progress=False)

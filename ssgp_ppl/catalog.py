@@ -20,7 +20,7 @@ import jax
 
 from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.guides import known_guides, make_guide
+from ssgp_ppl.guides import PSI, known_guides, make_guide
 from ssgp_ppl.model import PRIORS, ROLES, RULES, Hyper, SSGPSpec, ssgp_model
 
 METHODS = ("ml", "svi", "nuts")
@@ -81,8 +81,15 @@ SCHEMA: dict = {
         },
         "svi": {
             "guide": Field(str, "auto_mvn", "guide name (ssgp_ppl.guides)"),
+            "psi": Field(str, "normal", "joint_affine: distribution ψ of z", choices=PSI),
+            "df": Field((int, float), 5.0, "joint_affine with ψ = student_t: degrees of freedom ν",
+                        low=0, open_low=True),
+            "init_scale": Field((int, float), 0.1, "papers' guides: initial scale × prior std",
+                                low=0, open_low=True),
             "steps": Field(int, 5000, "SVI steps (upper bound)", low=1),
             "lr": Field((int, float), 0.01, "Adam step size", low=0, open_low=True),
+            "lr_halflife": Field((int, float), 0.0, "halve the step size every this many steps "
+                                 "(0: constant)", low=0),
             "batch_size": Field(int, 0, "minibatch rows per step; 0 = all", low=0),
             "num_particles": Field(int, 1, "ELBO Monte Carlo particles per step", low=1),
             "chunk": Field(int, 250, "steps per jitted scan", low=1),
@@ -98,10 +105,19 @@ SCHEMA: dict = {
             "max_tree_depth": Field(int, 10, "NUTS maximum tree depth", low=1),
         },
     },
+    "partitions": {
+        "count": Field(int, 0, "p, k-means partitions of the training inputs (0: n/1000)", low=0),
+        "per_step": Field(int, 0, "a, partitions drawn per SVI step (0: no partition sampling)",
+                          low=0),
+        "sample": Field(int, 20000, "rows k-means is run on", low=1),
+        "max_size_factor": Field((int, float), 2.0, "blocks above this × n/p rows are cut",
+                                 low=1),
+    },
     "predictive": {
-        "rule": Field(str, "marginal", "marginal (s integrated) | degenerate (γ = 1)",
+        "rule": Field(str, "marginal", "marginal | degenerate (γ = 1) | local (γ-family, Prop. 1)",
                       choices=RULES),
-        "draws": Field(int, 200, "posterior draws averaged in the predictive", low=1),
+        "gamma": Field((int, float), 0.0, "γ of the local rule", low=-1, high=1),
+        "samples": Field(int, 200, "r, posterior draws averaged in the predictive", low=1),
     },
 }
 
@@ -216,7 +232,16 @@ class CatalogEntry:
         return partial(ssgp_model, spec=spec)
 
     def guide(self, spec: SSGPSpec, model=None):
-        return make_guide(self.settings("svi")["guide"], model or self.model(spec), spec)
+        svi = self.settings("svi")
+        opts = {k: svi[k] for k in ("init_scale",)}
+        if svi["guide"] == "joint_affine":
+            opts.update(psi=svi["psi"], df=svi["df"])
+        return make_guide(svi["guide"], model or self.model(spec), spec, **opts)
+
+    @property
+    def uses_partitions(self) -> bool:
+        return (self.config["predictive"]["rule"] == "local"
+                or self.config["partitions"]["per_step"] > 0)
 
     def with_overrides(self, assignments: list[str]) -> CatalogEntry:
         """Apply ``key=value`` overrides (dotted path, or a leaf name unique in the schema; an
@@ -229,9 +254,10 @@ class CatalogEntry:
             key, text = (s.strip() for s in item.split("=", 1))
             parts = tuple(key.split("."))
             matches = [p for p in paths if p[-len(parts):] == parts]
-            if len(matches) > 1:
-                own = [p for p in matches if p[:2] == ("inference", self.methods[0])]
-                matches = own if len(own) == 1 else matches
+            for prefer in (("inference", self.methods[0]), ("predictive",)):
+                if len(matches) > 1:
+                    own = [p for p in matches if p[:len(prefer)] == prefer]
+                    matches = own if len(own) == 1 else matches
             if not matches:
                 raise SSGPError(f"--set: unknown key {key!r} (see the README's catalog format)")
             if len(matches) > 1:
@@ -258,12 +284,22 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
         raise SSGPError(f"{src}: predictive.rule: 'degenerate' needs model.nuisance = 'sampled'")
     if mc["parameterization"] == "scaled" and mc["frequencies"] == "learned":
         raise SSGPError(f"{src}: model.frequencies: 'learned' needs parameterization = 'free'")
+    methods = cfg["inference"]["methods"]
+    if cfg["predictive"]["rule"] == "local" and cfg["predictive"]["gamma"] != 0 and \
+            mc["nuisance"] != "sampled":
+        raise SSGPError(f"{src}: predictive.gamma: γ != 0 needs model.nuisance = 'sampled'")
+    if cfg["partitions"]["per_step"] and mc["nuisance"] != "sampled":
+        raise SSGPError(f"{src}: partitions.per_step: partition sampling needs model.nuisance = "
+                        "'sampled' (the marginal likelihood does not factorise)")
     entry = CatalogEntry(name, path, cfg)
     spec_probe = entry.spec(1)
-    if "nuts" in cfg["inference"]["methods"] and spec_probe.learned_sites():
+    if "nuts" in methods and not spec_probe.latent_sites():
+        raise SSGPError(f"{src}: inference.methods: 'nuts' needs latent sites; this model has none")
+    if "nuts" in methods and spec_probe.learned_sites() and methods[0] == "nuts":
         learned = ", ".join(f"model.{s}" for s in spec_probe.learned_sites())
-        raise SSGPError(f"{src}: inference.methods: 'nuts' needs a prior or fixed value for "
-                        f"every hyperparameter, but these are learned: {learned}")
+        raise SSGPError(f"{src}: inference.methods: 'nuts' first needs priors or fixed values, but "
+                        f"these are learned: {learned} (list 'svi' or 'ml' first: NUTS then "
+                        "conditions on their type-II estimates)")
     if cfg["inference"]["methods"][0] == "svi" and not spec_probe.latent_sites():
         raise SSGPError(f"{src}: inference.methods: 'svi' needs latent sites; this model has "
                         "none (use 'ml')")

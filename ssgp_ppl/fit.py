@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 from arviz_base import from_dict, from_numpyro
+from numpyro import handlers
 from numpyro.infer import autoguide, init_to_value
 
 from ssgp_ppl import spectral
@@ -36,7 +37,8 @@ from ssgp_ppl.inference import (
     site_values,
 )
 from ssgp_ppl.metrics import mixture_moments, regression_metrics
-from ssgp_ppl.model import predict_draws
+from ssgp_ppl.model import local_data, predict_draws
+from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
 
 DIMS = {
     "frequencies": ["frequency", "input"],
@@ -69,16 +71,24 @@ def _by_chain(tree: dict, chains: int) -> dict:
     return {k: np.asarray(v).reshape((chains, -1) + np.shape(v)[1:]) for k, v in tree.items()}
 
 
+LOGLIK_MAX_VALUES = 20_000_000  # draws × rows kept in the log_likelihood group
+
+
 def _pointwise_loglik(sites: dict, x, y) -> np.ndarray | None:
-    """log N(y_i | φ(x_i)ᵀs, σ_n²) per draw (S, n); None when s was integrated out."""
-    if "nuisance" not in sites:
+    """log N(y_i | φ(x_i)ᵀs, σ_n²) per draw (S, n); None when s was integrated out or when the
+    group would exceed LOGLIK_MAX_VALUES (AIRLINE-sized data: LOO is not the tool there)."""
+    if "nuisance" not in sites or sites["noise"].shape[0] * x.shape[0] > LOGLIK_MAX_VALUES:
         return None
 
-    def one(freq, s, noise):
-        f = spectral.features(x, freq) @ s
-        return jax.scipy.stats.norm.logpdf(y, f, noise)
+    @jax.jit
+    def run(freq, s, noise, x, y):
+        def one(args):
+            fr, sv, nz = args
+            return jax.scipy.stats.norm.logpdf(y, spectral.features(x, fr) @ sv, nz)
 
-    return np.asarray(jax.vmap(one)(sites["frequencies"], sites["nuisance"], sites["noise"]))
+        return jax.lax.map(one, (freq, s, noise))
+
+    return np.asarray(run(sites["frequencies"], sites["nuisance"], sites["noise"], x, y))
 
 
 def fit(
@@ -89,8 +99,15 @@ def fit(
     seed: int = 0,
     steps: int | None = None,
     progress: bool = True,
+    type2: dict | None = None,
+    partitions: Partitions | None = None,
 ) -> FitResult:
-    """Fit ``entry`` on ``data`` with ``method`` (default: the entry's own), predict, score."""
+    """Fit ``entry`` on ``data`` with ``method`` (default: the entry's own), predict, score.
+
+    NUTS on a model with type-II hyperparameters conditions on their estimates (empirical Bayes):
+    ``type2`` gives them, else the entry's own method is fitted first to get them.
+    ``partitions`` reuses k-means partitions of ``data.x_train`` (built when the entry needs them).
+    """
     method = method or entry.methods[0]
     if method not in METHODS:
         raise SSGPError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
@@ -98,14 +115,26 @@ def fit(
     spec = entry.spec(data.n_features)
     model = entry.model(spec)
     cfg = entry.settings(method)
-    n_draws = entry.config["predictive"]["draws"]
-    info: dict = {}
+    pcfg = entry.config["partitions"]
+    if partitions is None and entry.uses_partitions:
+        partitions = kmeans_partitions(data.x_train, pcfg["count"] or auto_count(data.n_train),
+                                       seed=seed, sample=pcfg["sample"],
+                                       max_size_factor=pcfg["max_size_factor"])
+    info: dict = {"partitions": None if partitions is None else partitions.count}
     losses = None
     t0 = time.perf_counter()
     desc = f"{entry.name}:{method}"
     if method == "nuts":
-        if spec.learned_sites():
-            raise SSGPError(f"{entry.name}: NUTS needs priors on {', '.join(spec.learned_sites())}")
+        learned = spec.learned_sites()
+        if learned and type2 is None:
+            own = entry.methods[0]
+            if own == "nuts" or not spec.latent_sites():
+                raise SSGPError(f"{entry.name}: NUTS needs priors on {', '.join(learned)}")
+            type2 = fit(entry, data, own, seed=seed, progress=progress,
+                        partitions=partitions).info["type2"]
+        if learned:  # empirical Bayes: condition on the type-II estimates
+            model = handlers.substitute(model, data={k: jnp.asarray(type2[k]) for k in learned})
+            info["type2"] = {k: np.asarray(type2[k]) for k in learned}
         reparam = ("nuisance",) + (("frequencies",) if spec.density == "se" else ())
         model = reparam_for_nuts(model, [s for s in reparam if s in spec.latent_sites()])
         mcmc = run_nuts(model, x, y, warmup=cfg["warmup"], samples=steps or cfg["samples"],
@@ -117,6 +146,7 @@ def fit(
         draws = mcmc.get_samples()
         info["divergences"] = int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
     else:
+        per_step = 0
         if method == "ml":
             if spec.latent_sites():  # MAP for entries with priors
                 guide = autoguide.AutoDelta(model, init_loc_fn=init_to_value(
@@ -129,23 +159,30 @@ def fit(
                 raise SSGPError(f"{entry.name}: SVI needs latent sites; this model has none")
             guide = entry.guide(spec, model)
             batch = cfg["batch_size"] or None
+            per_step = pcfg["per_step"]
         res = run_svi(model, guide, x, y, steps=steps or cfg["steps"], lr=cfg["lr"],
-                      batch_size=batch, chunk=cfg["chunk"], seed=seed, tol=cfg["tol"],
+                      lr_halflife=cfg.get("lr_halflife", 0.0),
+                      batch_size=batch, partitions=partitions if per_step else None,
+                      per_step=max(per_step, 1), chunk=cfg["chunk"], seed=seed, tol=cfg["tol"],
                       min_steps=min(cfg["min_steps"], steps or cfg["steps"]),
                       num_particles=cfg.get("num_particles", 1), progress=progress, desc=desc)
         params, losses, chains = res.params, res.losses, 1
-        info.update(steps=res.steps, converged=res.converged)
-        n = 1 if guide is empty_guide or method == "ml" else n_draws
+        info.update(steps=res.steps, converged=res.converged,
+                    type2={k: np.asarray(params[k]) for k in spec.learned_sites()})
+        n = 1 if guide is empty_guide or method == "ml" else entry.config["predictive"]["samples"]
         draws = {} if guide is empty_guide else guide_draws(guide, params, x, y, num_samples=n,
                                                             seed=seed + 1)
-    sites = site_values(model, params, draws, x)
+    sites = site_values(model, params, draws, x[:1])  # site values do not depend on n
     jax.block_until_ready(sites)
     fit_seconds = time.perf_counter() - t0
 
     t1 = time.perf_counter()
     x_test = jnp.asarray(data.x_test)
-    rule = entry.config["predictive"]["rule"]
-    mean_f, var_f = predict_draws(rule, sites, x, y, x_test)
+    pred = entry.config["predictive"]
+    local = None
+    if pred["rule"] == "local":
+        local = local_data(partitions, data.x_test, pred["gamma"])
+    mean_f, var_f = predict_draws(pred["rule"], sites, x, y, x_test, local)
     var_y = var_f + sites["noise"][:, None] ** 2
     mean, var = mixture_moments(np.asarray(mean_f, np.float64), np.asarray(var_y, np.float64))
     mean = np.asarray(data.y_scaler.inverse(mean))

@@ -38,6 +38,39 @@ def empty_guide(*args, **kwargs):
     """Guide of a model with no latent sample sites (type-II maximum likelihood)."""
 
 
+def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_step: int = 1):
+    """``(draw, aux)``: a pure ``draw(key, x, y, aux) -> (x_b, y_b, model_kwargs)`` for one SVI
+    step and the arrays ``aux`` it reads (passed to the jitted loop as arguments).
+
+    * neither: the full data every step;
+    * ``batch_size``: rows drawn uniformly with replacement, likelihood scaled by n / batch;
+    * ``partitions`` (:class:`~ssgp_ppl.partitions.Partitions`): ``per_step`` = a of the p
+      padded blocks drawn uniformly, masked, likelihood scaled by p / a (seed 001 §4.1 eq. 7,
+      seed 000 App. G). O(a · block size) per step, independent of n.
+    """
+    if partitions is not None:
+        blocks = jnp.asarray(partitions.blocks)
+        mask = jnp.asarray(partitions.mask)
+        p = partitions.count
+        if not 1 <= per_step <= p:
+            raise SSGPError(f"partitions per step must be in [1, {p}], got {per_step}")
+
+        def draw(key, x, y, aux):
+            blocks, mask = aux
+            k = jax.random.randint(key, (per_step,), 0, p)
+            idx = blocks[k].reshape(-1)
+            return x[idx], y[idx], {"obs_mask": mask[k].reshape(-1), "obs_scale": p / per_step}
+
+        return draw, (blocks, mask)
+    if batch_size is not None and batch_size < n:
+        def draw(key, x, y, aux):
+            idx = jax.random.randint(key, (batch_size,), 0, n)
+            return x[idx], y[idx], {"n_total": n}
+
+        return draw, ()
+    return (lambda key, x, y, aux: (x, y, {})), ()
+
+
 def run_svi(
     model: Callable,
     guide: Callable,
@@ -46,7 +79,10 @@ def run_svi(
     *,
     steps: int,
     lr: float = 0.01,
+    lr_halflife: float = 0.0,
     batch_size: int | None = None,
+    partitions=None,
+    per_step: int = 1,
     chunk: int = 250,
     seed: int = 0,
     tol: float = 1e-5,
@@ -57,6 +93,11 @@ def run_svi(
     desc: str = "svi",
 ) -> SVIResult:
     """Maximise the ELBO of ``model`` under ``guide`` with Adam; ``steps`` is an upper bound.
+
+    The Adam step size is ``lr``, halved every ``lr_halflife`` steps when that is > 0 (decaying
+    steps as stochastic approximation needs, seed 001 §4.1 last paragraph). Each step uses the
+    batch of :func:`batch_sampler` (full data, random rows, or ``per_step`` partitions) and
+    ``num_particles`` draws of the guide (b samples of z in seed 000 App. G).
 
     Convergence: with W = ``patience`` chunks, the run stops when the mean loss of the last W
     chunks is lower than that of the W chunks before by less than ``tol`` relative to its size, or
@@ -70,32 +111,26 @@ def run_svi(
         raise SSGPError(f"steps must be >= 1, got {steps}")
     x = jnp.asarray(x)
     y = jnp.asarray(y)
-    n = x.shape[0]
-    batch = None if batch_size is None or batch_size >= n else int(batch_size)
-    kwargs = {} if batch is None else {"n_total": n}
-    svi = SVI(model, guide, numpyro.optim.ClippedAdam(step_size=lr, clip_norm=100.0),
+    draw, aux = batch_sampler(x.shape[0], batch_size, partitions, per_step)
+    step_size = lr if not lr_halflife else (lambda t: lr * 0.5 ** (t / lr_halflife))
+    svi = SVI(model, guide, numpyro.optim.ClippedAdam(step_size=step_size, clip_norm=100.0),
               Trace_ELBO(num_particles=num_particles))
     key_init, key_batch = jax.random.split(jax.random.PRNGKey(seed))
-    if batch is None:
-        state = svi.init(key_init, x, y, **kwargs)
-    else:
-        state = svi.init(key_init, x[:batch], y[:batch], **kwargs)
+    xb, yb, kw = draw(key_batch, x, y, aux)
+    state = svi.init(key_init, xb, yb, **kw)
 
-    def run_chunk(state, key, length):
+    def run_chunk(state, key, x, y, aux, length):  # data are arguments, never baked-in constants
         def body(carry, _):
             st, k = carry
             k, sub = jax.random.split(k)
-            if batch is None:
-                st, loss = svi.update(st, x, y)
-            else:
-                idx = jax.random.randint(sub, (batch,), 0, n)
-                st, loss = svi.update(st, x[idx], y[idx], **kwargs)
+            xb, yb, kw = draw(sub, x, y, aux)
+            st, loss = svi.update(st, xb, yb, **kw)
             return (st, k), loss
 
         (state, key), losses = jax.lax.scan(body, (state, key), None, length=length)
         return state, key, losses
 
-    run_chunk = jax.jit(run_chunk, static_argnums=2)
+    run_chunk = jax.jit(run_chunk, static_argnums=5)
     losses: list[np.ndarray] = []
     means: list[float] = []
     noise_var: list[float] = []
@@ -105,7 +140,7 @@ def run_svi(
     with tqdm(total=steps, desc=desc, disable=not progress, leave=False, mininterval=0.5) as bar:
         while done < steps:
             length = min(chunk, steps - done)
-            state, key_batch, chunk_losses = run_chunk(state, key_batch, length)
+            state, key_batch, chunk_losses = run_chunk(state, key_batch, x, y, aux, length)
             chunk_losses = np.asarray(chunk_losses)
             if not np.all(np.isfinite(chunk_losses)):
                 bad = int(np.argmin(np.isfinite(chunk_losses)))

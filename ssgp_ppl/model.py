@@ -187,11 +187,14 @@ def frequencies_of(spec: SSGPSpec, d: int):
     return numpyro.sample("frequencies", frequency_prior(ell, spec.m, spec.density))
 
 
-def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None):
+def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mask=None,
+               obs_scale=None):
     """SSGP regression y = Φ_θ(x) s + ε, ε ~ N(0, σ_n²) (seed 001 eq. 3; seed 004 eq. 5).
 
     x: (b, d) inputs of this (mini)batch; y: (b,) targets or None; n_total: training-set size
-    when x is a minibatch (the batch likelihood is scaled by n_total / b).
+    when x is a minibatch (the batch likelihood is scaled by n_total / b); obs_mask: (b,) bool,
+    rows that count (padded partition blocks); obs_scale: explicit likelihood scale, e.g. p/a
+    when a of p partitions are drawn (seed 001 §4.1, eq. 7), overriding n_total / b.
     """
     b, d = x.shape
     if d != spec.d:
@@ -201,15 +204,19 @@ def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None):
     freq = frequencies_of(spec, d)
     phi = spectral.features(x, freq)  # (b, 2m)
     if spec.nuisance == "marginalized":
-        if n_total is not None and n_total != b:
+        if (n_total is not None and n_total != b) or obs_mask is not None or obs_scale is not None:
             raise SSGPError("the marginalized-nuisance likelihood does not factorise: no minibatches")
         numpyro.sample("y", SSGPMarginal(phi, signal, noise), obs=y)
         return
     prior_scale = signal / math.sqrt(spec.m)
     s = numpyro.sample("nuisance", dist.Normal(0.0, prior_scale).expand([2 * spec.m]).to_event(1))
     f = numpyro.deterministic("f", phi @ s)
-    scale = 1.0 if n_total is None else n_total / b
-    with numpyro.plate("data", b), numpyro.handlers.scale(scale=scale):
+    scale = obs_scale if obs_scale is not None else (1.0 if n_total is None else n_total / b)
+    with (
+        numpyro.plate("data", b),
+        numpyro.handlers.scale(scale=scale),
+        numpyro.handlers.mask(mask=True if obs_mask is None else obs_mask),
+    ):
         numpyro.sample("y", dist.Normal(f, noise), obs=y)
 
 
@@ -237,11 +244,87 @@ def degenerate_predictive(x_test, frequencies, nuisance):
     return mean, jnp.zeros_like(mean)
 
 
-RULES = ("marginal", "degenerate")
+def local_conditional(x_test, test_block, x_train, y_train, blocks, mask, frequencies, nuisance,
+                      signal, noise, gamma: float, *, block_batch: int = 32, test_batch: int = 1024):
+    """γ-family test conditional with the test point's local data (seed 001 Prop. 1), one draw α.
+
+    For x* in partition k: μ = γ φ*ᵀs + (1−γ) φ*ᵀΓ_k⁻¹Φ_kᵀy_k, σ² = (1−γ²) σ_n² φ*ᵀΓ_k⁻¹φ*,
+    Γ_k = Φ_kᵀΦ_k + σ_n²Λ⁻¹ = Φ_kᵀΦ_k + (mσ_n²/σ_s²) I (Φ_k the (n_k, 2m) design matrix).
+    γ = 1 is VSSGP's degenerate conditional; γ = 0 is SSGP's predictive on the local data.
+
+    test_block: (n*,) index into ``blocks``/``mask`` ((u, size) padded rows of the partitions
+    that hold test points). Memory is bounded by ``block_batch`` blocks and ``test_batch`` test
+    points at a time.
+    """
+    two_m = 2 * frequencies.shape[0]
+    ratio = (two_m // 2) * noise**2 / signal**2
+
+    def block(args):
+        idx, msk = args
+        phi = spectral.features(x_train[idx], frequencies) * msk[:, None]
+        a = phi.T @ phi + ratio * jnp.eye(two_m, dtype=phi.dtype)
+        chol = jnp.linalg.cholesky(a)
+        w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ (y_train[idx] * msk))
+        return chol, w
+
+    chols, ws = jax.lax.map(block, (blocks, mask), batch_size=block_batch)
+
+    def point(args):
+        x, k = args
+        phi = spectral.features(x[None], frequencies)[0]
+        v = solve_triangular(chols[k], phi, lower=True)
+        mean = (1.0 - gamma) * phi @ ws[k]
+        if nuisance is not None:
+            mean = mean + gamma * phi @ nuisance
+        return mean, (1.0 - gamma**2) * noise**2 * v @ v
+
+    return jax.lax.map(point, (x_test, test_block), batch_size=test_batch)
 
 
-def predict_draws(rule: str, sites: dict, x_train, y_train, x_test):
+RULES = ("marginal", "degenerate", "local")
+
+
+class LocalData(NamedTuple):
+    """What the ``local`` rule needs besides the draws: the padded blocks holding test points,
+    each test point's index into them, and γ."""
+
+    blocks: jax.Array  # (u, size) int32
+    mask: jax.Array  # (u, size) bool
+    test_block: jax.Array  # (n*,) int32 in [0, u)
+    gamma: float
+
+
+def local_data(partitions, x_test, gamma: float) -> LocalData:
+    """Assign test inputs to their nearest partition and keep only the blocks they use."""
+    import numpy as np
+
+    if not -1.0 <= gamma <= 1.0:
+        raise SSGPError(f"gamma must be in [-1, 1], got {gamma}")
+    assign = partitions.assign(x_test)
+    used, test_block = np.unique(assign, return_inverse=True)
+    return LocalData(jnp.asarray(partitions.blocks[used]), jnp.asarray(partitions.mask[used]),
+                     jnp.asarray(test_block.astype(np.int32)), float(gamma))
+
+
+def predict_draws(rule: str, sites: dict, x_train, y_train, x_test, local: LocalData | None = None):
     """Per-draw predictive (mean_f, var_f) (S, n*) under ``rule`` from site values (S, ...)."""
+    if rule == "local":
+        if local is None:
+            raise SSGPError("the local rule needs partitions (LocalData)")
+        if local.gamma != 0.0 and "nuisance" not in sites:
+            raise SSGPError("the local rule with gamma != 0 needs sampled nuisance variables s")
+
+        @jax.jit
+        def run(sites, x_train, y_train, x_test, blocks, mask, test_block):
+            def one(site):
+                return local_conditional(
+                    x_test, test_block, x_train, y_train, blocks, mask, site["frequencies"],
+                    site.get("nuisance"), site["signal"], site["noise"], local.gamma)
+
+            keep = {k: sites[k] for k in ("frequencies", "nuisance", "signal", "noise") if k in sites}
+            return jax.lax.map(one, keep)
+
+        return run(sites, x_train, y_train, x_test, local.blocks, local.mask, local.test_block)
     if rule == "marginal":
         fn = jax.vmap(lambda fr, sg, nz: marginal_predictive(x_train, y_train, x_test, fr, sg, nz))
         return fn(sites["frequencies"], sites["signal"], sites["noise"])

@@ -30,28 +30,28 @@ def nuts_diagnostics(res: FitResult) -> dict:
     from arviz_stats import ess, rhat
 
     dt = res.datatree
-    post = [v for v in INVARIANT if v in dt["posterior"].data_vars]
-    r_post = rhat(dt, var_names=post)
-    e_post = ess(dt, var_names=post)
+    posterior = dt["posterior"]
+    # sampled hyperparameters only (type-II ones are constants under an empirical-Bayes reference)
+    post = [v for v in INVARIANT if v in posterior.data_vars and float(posterior[v].std()) > 0]
     r_f = rhat(dt, group="predictions", var_names=["f_mean"])["f_mean"].values
     e_f = ess(dt, group="predictions", var_names=["f_mean"])["f_mean"].values
-    out = {
-        "divergences": int(res.info["divergences"]),
-        "rhat_max_hyper": float(max(float(r_post[v].max()) for v in post)),
-        "ess_bulk_min_hyper": float(min(float(e_post[v].min()) for v in post)),
-        "rhat_max_f_test": float(np.nanmax(r_f)),
-        "ess_bulk_min_f_test": float(np.nanmin(e_f)),
-    }
-    out["converged"] = bool(out["rhat_max_hyper"] < 1.01 and out["rhat_max_f_test"] < 1.01
+    out = {"divergences": int(res.info["divergences"])}
+    if post:
+        r_post, e_post = rhat(dt, var_names=post), ess(dt, var_names=post)
+        out["rhat_max_hyper"] = float(max(float(r_post[v].max()) for v in post))
+        out["ess_bulk_min_hyper"] = float(min(float(e_post[v].min()) for v in post))
+    out["rhat_max_f_test"] = float(np.nanmax(r_f))
+    out["ess_bulk_min_f_test"] = float(np.nanmin(e_f))
+    out["converged"] = bool(out.get("rhat_max_hyper", 1.0) < 1.01 and out["rhat_max_f_test"] < 1.01
                             and out["divergences"] == 0)
     return out
 
 
 def methods_to_run(entry: CatalogEntry) -> list[str]:
-    """The entry's methods, plus NUTS when the model has priors on every hyperparameter."""
+    """The entry's methods, plus NUTS when the model has latent sites (on a model with type-II
+    hyperparameters NUTS conditions on the entry's own estimates: an empirical-Bayes reference)."""
     methods = list(entry.methods)
-    spec = entry.spec(1)
-    if "nuts" not in methods and not spec.learned_sites():
+    if "nuts" not in methods and entry.spec(1).latent_sites():
         methods.append("nuts")
     return methods
 
@@ -128,8 +128,11 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
 
     out.mkdir(parents=True, exist_ok=True)
     results, records = [], []
+    type2 = None
     for method in methods_to_run(entry):
-        res = fit(entry, data, method, seed=seed, progress=progress)
+        res = fit(entry, data, method, seed=seed, progress=progress, type2=type2)
+        if method == entry.methods[0] and method != "nuts":
+            type2 = res.info.get("type2")
         rec = metrics_record(res, data)
         if method == "nuts":
             rec["nuts"] = nuts_diagnostics(res)
@@ -151,9 +154,12 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
         parts += [f"<h2>NUTS reference ({status})</h2>",
                   "<p>Diagnostics on symmetry-invariant quantities (hyperparameters and the "
                   "latent function at test inputs).</p>", _table([d], list(d))]
+        if entry.spec(1).learned_sites():
+            parts.append("<p>Empirical-Bayes reference: NUTS conditions on the type-II "
+                         f"hyperparameters estimated by {html.escape(entry.methods[0])}.</p>")
     else:
-        parts.append("<p>No NUTS reference: this entry's hyperparameters are type-II point "
-                     "estimates.</p>")
+        parts.append("<p>No NUTS reference: this entry has no latent variables (all its "
+                     "parameters are type-II point estimates).</p>")
     for title, png in _plots(results, data):
         parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
                      f"src='data:image/png;base64,{png}'>")

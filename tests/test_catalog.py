@@ -67,7 +67,9 @@ GOOD = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = 
         (GOOD.replace("m = 5", "m = 0"), ["bad.toml", "model.m", ">= 1"]),
         (GOOD.replace('role = "learned"', 'role = "guess"'), ["model.noise.role", "guess"]),
         (GOOD.replace('description = "x"\n', ""), ["description", "required"]),
-        (GOOD.replace('["ml"]', '["nuts"]'), ["inference.methods", "nuts", "model.noise"]),
+        (GOOD.replace('["ml"]', '["nuts"]'), ["inference.methods", "nuts", "latent"]),
+        (GOOD.replace('["ml"]', '["nuts"]').replace('"marginalized"', '"sampled"'),
+         ["inference.methods", "nuts", "learned: model.noise"]),
         (GOOD.replace('["ml"]', '["svi"]'), ["inference.methods", "svi", "latent"]),
         (GOOD + "[predictive]\nrule = 'degenerate'\n", ["predictive.rule", "nuisance"]),
         (GOOD.replace("m = 5", "m = 5\nspectral_density = 'rq'"), ["model.spectral_density", "rq"]),
@@ -75,7 +77,8 @@ GOOD = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = 
         (GOOD + "[model.signal]\nrole = 'prior'\nscale = -1.0\n", ["model.signal.scale", "> 0"]),
         ("description = \n", ["bad.toml", "not valid TOML"]),
     ],
-    ids=["unknown-key", "wrong-type", "m-zero", "bad-role", "no-description", "nuts-learned",
+    ids=["unknown-key", "wrong-type", "m-zero", "bad-role", "no-description", "nuts-no-latents",
+         "nuts-first-learned",
          "svi-no-latents", "degenerate-marginal", "bad-density", "bad-guide", "neg-scale", "bad-toml"],
 )
 def test_bad_entry_names_file_and_key(tmp_path, text, words):
@@ -108,8 +111,16 @@ def test_unknown_model_lists_known():
         load_entry("no_such_model")
 
 
+def _keys(schema, prefix=""):
+    for key, f in schema.items():
+        yield prefix + key
+        if isinstance(f, dict):
+            yield from _keys(f, f"{prefix}{key}.")
+
+
 def test_every_schema_key_is_documented_in_readme():
     readme = (models_dir().parent / "README.md").read_text()
-    for section in ("model", "inference", "predictive"):
-        for key in SCHEMA[section]:
-            assert f"`{key}`" in readme, f"README catalog format lacks {section}.{key}"
+    for path in _keys(SCHEMA):
+        key = path.rsplit(".", 1)[-1]
+        table = f"`[{path}]`"
+        assert f"`{key}`" in readme or table in readme, f"README catalog format lacks {path}"
