@@ -107,7 +107,7 @@ SCHEMA: dict = {
     },
     "partitions": {
         "count": Field(int, 0, "p, k-means partitions of the training inputs (0: n/1000)", low=0),
-        "per_step": Field(int, 0, "a, partitions drawn per SVI step (0: no partition sampling)",
+        "per_step": Field(int, 0, "a, partitions drawn per SVI step, clipped to p (0: none)",
                           low=0),
         "sample": Field(int, 20000, "rows k-means is run on", low=1),
         "max_size_factor": Field((int, float), 2.0, "blocks above this × n/p rows are cut",

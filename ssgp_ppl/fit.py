@@ -91,6 +91,24 @@ def _pointwise_loglik(sites: dict, x, y) -> np.ndarray | None:
     return np.asarray(run(sites["frequencies"], sites["nuisance"], sites["noise"], x, y))
 
 
+def predict(sites: dict, data: Dataset, rule: str, *, gamma: float = 0.0,
+            partitions: Partitions | None = None, x_test=None):
+    """Predictive of y* at ``x_test`` (default: the test split) from per-draw site values.
+
+    Returns (mean, var) of y* in original units (moment-matched mixture over the S draws) and
+    the per-draw (mean_f, var_f, var_y) in standardised units.
+    """
+    x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+    x_test = np.asarray(data.x_test if x_test is None else x_test)
+    local = local_data(partitions, x_test, gamma) if rule == "local" else None
+    mean_f, var_f = predict_draws(rule, sites, x, y, jnp.asarray(x_test), local)
+    var_y = var_f + sites["noise"][:, None] ** 2
+    mean, var = mixture_moments(np.asarray(mean_f, np.float64), np.asarray(var_y, np.float64))
+    mean = np.asarray(data.y_scaler.inverse(mean))
+    var = var * np.asarray(data.y_scaler.scale) ** 2
+    return mean, var, mean_f, var_f, var_y
+
+
 def fit(
     entry: CatalogEntry,
     data: Dataset,
@@ -159,7 +177,7 @@ def fit(
                 raise SSGPError(f"{entry.name}: SVI needs latent sites; this model has none")
             guide = entry.guide(spec, model)
             batch = cfg["batch_size"] or None
-            per_step = pcfg["per_step"]
+            per_step = min(pcfg["per_step"], partitions.count) if pcfg["per_step"] else 0
         res = run_svi(model, guide, x, y, steps=steps or cfg["steps"], lr=cfg["lr"],
                       lr_halflife=cfg.get("lr_halflife", 0.0),
                       batch_size=batch, partitions=partitions if per_step else None,
@@ -177,16 +195,9 @@ def fit(
     fit_seconds = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    x_test = jnp.asarray(data.x_test)
     pred = entry.config["predictive"]
-    local = None
-    if pred["rule"] == "local":
-        local = local_data(partitions, data.x_test, pred["gamma"])
-    mean_f, var_f = predict_draws(pred["rule"], sites, x, y, x_test, local)
-    var_y = var_f + sites["noise"][:, None] ** 2
-    mean, var = mixture_moments(np.asarray(mean_f, np.float64), np.asarray(var_y, np.float64))
-    mean = np.asarray(data.y_scaler.inverse(mean))
-    var = var * np.asarray(data.y_scaler.scale) ** 2
+    mean, var, mean_f, var_f, var_y = predict(sites, data, pred["rule"], gamma=pred["gamma"],
+                                              partitions=partitions)
     predict_seconds = time.perf_counter() - t1
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
     metrics = regression_metrics(y_test, mean, var)

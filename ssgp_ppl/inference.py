@@ -91,6 +91,7 @@ def run_svi(
     num_particles: int = 1,
     progress: bool = True,
     desc: str = "svi",
+    callback: Callable[[int, dict], None] | None = None,
 ) -> SVIResult:
     """Maximise the ELBO of ``model`` under ``guide`` with Adam; ``steps`` is an upper bound.
 
@@ -104,8 +105,9 @@ def run_svi(
     by less than two standard errors of that difference (a stochastic ELBO never settles below its
     own Monte Carlo noise; the noise is estimated from step-to-step differences, which removes the
     trend and is ~0 for a deterministic loss). A NaN loss stops the run with an error naming the
-    step and the last finite loss. No early stop before ``min_steps`` (ELBOs of this model can
-    sit on a plateau for thousands of steps before dropping again).
+    step and the last finite loss. ``callback(steps_done, params)`` runs on the host after each
+    chunk (e.g. to score test predictions along the way). No early stop before ``min_steps``
+    (ELBOs of this model can sit on a plateau for thousands of steps before dropping again).
     """
     if steps < 1:
         raise SSGPError(f"steps must be >= 1, got {steps}")
@@ -157,6 +159,8 @@ def run_svi(
             noise_var.append(float(diffs.var() / 2 / length) if length > 2 else 0.0)  # var of mean
             bar.update(length)
             bar.set_postfix(loss=f"{means[-1]:.4g}", refresh=False)
+            if callback is not None:
+                callback(done, svi.get_params(state))
             if len(means) >= 2 * patience and done >= min_steps:
                 before = np.mean(means[-2 * patience:-patience])
                 after = np.mean(means[-patience:])

@@ -256,6 +256,8 @@ def local_conditional(x_test, test_block, x_train, y_train, blocks, mask, freque
     that hold test points). Memory is bounded by ``block_batch`` blocks and ``test_batch`` test
     points at a time.
     """
+    if nuisance is None and gamma != 0.0:
+        raise SSGPError("the local conditional with gamma != 0 needs the nuisance draw s")
     two_m = 2 * frequencies.shape[0]
     ratio = (two_m // 2) * noise**2 / signal**2
 

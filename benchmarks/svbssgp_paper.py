@@ -1,0 +1,218 @@
+"""sVBSSGP experiments of seed 001 §5 on this machine; prints JSON (and writes it with --out).
+
+  python benchmarks/svbssgp_paper.py airline  # 2.06M rows, p = 2000, 2m = 40: sVBSSGP γ=0 r=5, VSSGP, SSGP
+  python benchmarks/svbssgp_paper.py kin40k   # AIMPEAK stand-in, p = 200, 2m = 40: γ sweep, VSSGP, SSGP
+  python benchmarks/svbssgp_paper.py blog     # 60 inputs, 60k rows, p = 200, 2m = 10: r ∈ {1, 5, 20}
+  python benchmarks/svbssgp_paper.py nscan    # step time at n ∈ {10k, 100k, 1M, 2.06M}, ~1000-row blocks
+
+RMSE-vs-iterations curves come from one training run per model: γ enters only the test
+conditional (Prop. 1) and r only the predictive average (§4.2), so every (γ, r) is scored from the
+same q_t(α) at each checkpoint. Checkpoint RMSEs use a fixed random subset of the test split
+(--eval-rows); the final row of each curve uses the whole test split. "iteration" = one SVI step
+(a partitions × b draws of z); epochs = steps · a / p. SSGP's marginal likelihood does not
+factorise, so on AIRLINE it is fitted by type-II ML on a random subset of the training rows
+(--ssgp-rows) and predicts with the exact SSGP predictive from that subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.datasets import load
+from ssgp_ppl.fit import predict
+from ssgp_ppl.inference import empty_guide, guide_draws, run_svi, site_values
+from ssgp_ppl.metrics import mnlp, rmse
+from ssgp_ppl.partitions import kmeans_partitions
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def curve(name, data, overrides, *, steps, checkpoints, evals, eval_rows, seed=0, partitions=None,
+          train_rows=None):
+    """Train ``name`` once; score every (label, rule, gamma, r) of ``evals`` at ``checkpoints``."""
+    entry = load_entry(name).with_overrides(overrides)
+    train = data
+    if train_rows is not None and train_rows < data.n_train:
+        rows = np.random.default_rng(seed).choice(data.n_train, train_rows, replace=False)
+        train = data._replace(x_train=data.x_train[rows], y_train=data.y_train[rows])
+    spec = entry.spec(data.n_features)
+    model = entry.model(spec)
+    method = entry.methods[0]
+    cfg = entry.settings(method)
+    pcfg = entry.config["partitions"]
+    t0 = time.perf_counter()
+    if partitions is None and entry.uses_partitions:
+        partitions = kmeans_partitions(train.x_train, pcfg["count"], seed=seed,
+                                       max_size_factor=pcfg["max_size_factor"])
+    partition_seconds = time.perf_counter() - t0
+    guide = empty_guide if method == "ml" else entry.guide(spec, model)
+    sub = np.random.default_rng(seed + 7).choice(data.n_test, min(eval_rows, data.n_test), False)
+    y_all = np.asarray(data.y_scaler.inverse(data.y_test))
+    r_max = max(e[3] for e in evals)
+    rows, spent = [], [0.0]
+
+    def score(step, params, test_rows):
+        t = time.perf_counter()
+        x, y = jnp.asarray(train.x_train), jnp.asarray(train.y_train)
+        draws = {} if guide is empty_guide else guide_draws(guide, params, x, y,
+                                                            num_samples=r_max, seed=seed + step)
+        sites = site_values(model, params, draws, x[:1])
+        for label, rule, gamma, r in evals:
+            s = {k: v[:r] for k, v in sites.items()}
+            mean, var, *_ = predict(s, train, rule, gamma=gamma, partitions=partitions,
+                                    x_test=data.x_test[test_rows])
+            yt = y_all[test_rows]
+            rows.append({"model": name, "label": label, "step": step,
+                         "epochs": step * max(pcfg["per_step"], 1) / (partitions.count if
+                                                                      partitions else 1),
+                         "test_rows": int(len(test_rows)), "rmse": rmse(yt, mean),
+                         "mnlp": mnlp(yt, mean, var)})
+            log(json.dumps(rows[-1]))
+        spent[0] += time.perf_counter() - t
+
+    def callback(step, params):
+        if step in checkpoints:
+            score(step, params, sub)
+
+    res = run_svi(model, guide, train.x_train, train.y_train, steps=steps, lr=cfg["lr"],
+                  lr_halflife=cfg.get("lr_halflife", 0.0),
+                  partitions=partitions if pcfg["per_step"] else None,
+                  per_step=max(pcfg["per_step"], 1), chunk=min(checkpoints), seed=seed,
+                  tol=0.0, min_steps=steps, num_particles=cfg.get("num_particles", 1),
+                  progress=False, callback=callback)
+    train_seconds = res.seconds - spent[0]  # SVI time without the checkpoint scoring
+    score(res.steps, res.params, np.arange(data.n_test))
+    rows[-len(evals):] = [r | {"final": True} for r in rows[-len(evals):]]
+    return {"model": name, "overrides": overrides, "steps": res.steps,
+            "partitions": None if partitions is None else partitions.count,
+            "partition_seconds": partition_seconds,
+            "train_seconds": train_seconds, "ms_per_step": 1e3 * train_seconds / res.steps,
+            "n_train": train.n_train, "curve": rows}, partitions
+
+
+def checkpoints_for(steps):
+    pts = {s for s in (50, 100, 200, 500, 1000, 2000, 3000, 5000, 8000, 12000) if s <= steps}
+    return sorted(pts | {steps})
+
+
+def exp_airline(a):
+    t = time.perf_counter()
+    data = load("airline", split=a.split, subsample=a.subsample, test_fraction=0.05)
+    load_s = time.perf_counter() - t
+    cps = checkpoints_for(a.steps)
+    out = {"experiment": "airline", "n_train": data.n_train, "n_test": data.n_test,
+           "load_seconds": load_s}
+    common = ["m=20", "partitions.count=2000"]
+    sv, parts = curve("svbssgp", data, common + ["samples=5"], steps=a.steps, checkpoints=cps,
+                      evals=[("svbssgp γ=0 r=5", "local", 0.0, 5)], eval_rows=a.eval_rows)
+    vs, _ = curve("vssgp", data, common + ["samples=5"], steps=a.steps, checkpoints=cps,
+                  evals=[("vssgp γ=1 r=5", "degenerate", 1.0, 5)], eval_rows=a.eval_rows,
+                  partitions=parts)
+    ss, _ = curve("ssgp", data, ["m=20"], steps=min(a.steps, 3000), checkpoints=checkpoints_for(
+        min(a.steps, 3000)), evals=[(f"ssgp ({a.ssgp_rows} rows)", "marginal", 0.0, 1)],
+        eval_rows=a.eval_rows, train_rows=a.ssgp_rows)
+    out["runs"] = [sv, vs, ss]
+    return out
+
+
+def exp_kin40k(a):
+    data = load("kin40k", split=a.split)
+    cps = checkpoints_for(a.steps)
+    common = ["m=20", "partitions.count=200"]
+    gammas = [0.0, 0.1, 0.2, 0.3, 1.0]
+    sv, parts = curve("svbssgp", data, common + ["samples=20"], steps=a.steps, checkpoints=cps,
+                      evals=[(f"svbssgp γ={g} r=20", "local", g, 20) for g in gammas],
+                      eval_rows=a.eval_rows)
+    vs, _ = curve("vssgp", data, common + ["samples=20"], steps=a.steps, checkpoints=cps,
+                  evals=[("vssgp γ=1 r=20", "degenerate", 1.0, 20)], eval_rows=a.eval_rows,
+                  partitions=parts)
+    ss, _ = curve("ssgp", data, ["m=20"], steps=min(a.steps, 3000),
+                  checkpoints=checkpoints_for(min(a.steps, 3000)),
+                  evals=[("ssgp", "marginal", 0.0, 1)], eval_rows=a.eval_rows)
+    return {"experiment": "kin40k", "n_train": data.n_train, "n_test": data.n_test,
+            "runs": [sv, vs, ss]}
+
+
+def exp_blog(a):
+    data = load("blog", split=a.split)
+    cps = checkpoints_for(a.steps)
+    sv, _ = curve("svbssgp", data, ["m=5", "partitions.count=200"],
+                  steps=a.steps, checkpoints=cps,
+                  evals=[(f"svbssgp γ=0 r={r}", "local", 0.0, r) for r in (1, 5, 20)],
+                  eval_rows=a.eval_rows)
+    return {"experiment": "blog", "n_train": data.n_train, "n_test": data.n_test, "runs": [sv]}
+
+
+def exp_nscan(a):
+    """Steady-state SVI step time of svbssgp vs n (blocks of ~1000 rows, a = 1)."""
+    entry = load_entry("svbssgp").with_overrides(["m=20", "per_step=1"])
+    out = []
+    full = load("airline", split=a.split, test_fraction=0.05)
+    for n in a.sizes:
+        rows = np.random.default_rng(0).choice(full.n_train, n, replace=False)
+        x, y = full.x_train[rows], full.y_train[rows]
+        t = time.perf_counter()
+        parts = kmeans_partitions(x, max(1, n // 1000), seed=0)
+        kmeans_s = time.perf_counter() - t
+        spec = entry.spec(x.shape[1])
+        model = entry.model(spec)
+        guide = entry.guide(spec, model)
+        times = {}
+        for steps in (a.short, a.short + a.long):
+            runs = []
+            for rep in range(a.repeats):
+                res = run_svi(model, guide, x, y, steps=steps, partitions=parts, per_step=1,
+                              chunk=a.short, seed=rep, tol=0.0, min_steps=steps, progress=False)
+                runs.append(res.seconds)
+            times[steps] = float(np.median(runs))
+        ms = 1e3 * (times[a.short + a.long] - times[a.short]) / a.long
+        out.append({"n": n, "partitions": parts.count, "block_size": int(parts.blocks.shape[1]),
+                    "kmeans_seconds": kmeans_s, "ms_per_step": ms})
+        log(json.dumps(out[-1]))
+    return {"experiment": "nscan", "rows": out}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("experiment", choices=["airline", "kin40k", "blog", "nscan"])
+    p.add_argument("--steps", type=int, default=5000)
+    p.add_argument("--split", type=int, default=0)
+    p.add_argument("--subsample", type=int, help="AIRLINE rows (default all 2,055,733)")
+    p.add_argument("--eval-rows", type=int, default=5000)
+    p.add_argument("--ssgp-rows", type=int, default=50000)
+    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000, 2_055_733])
+    p.add_argument("--short", type=int, default=250)
+    p.add_argument("--long", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", help="also write the JSON here")
+    a = p.parse_args()
+    if a.experiment == "nscan":
+        a.sizes = [min(n, 2_055_733 - 102_787) for n in a.sizes]  # the training split's size
+    t = time.perf_counter()
+    res = {"airline": exp_airline, "kin40k": exp_kin40k, "blog": exp_blog,
+           "nscan": exp_nscan}[a.experiment](a)
+    res.update(machine=f"{platform.machine()}, {os.cpu_count()} CPUs, {jax.default_backend()}",
+               jax=jax.__version__, wall_seconds=time.perf_counter() - t, args=vars(a))
+    text = json.dumps(res, indent=1)
+    if a.out:
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        with open(a.out + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(a.out + ".tmp", a.out)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

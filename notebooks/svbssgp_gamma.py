@@ -1,0 +1,84 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # sVBSSGP vs VSSGP: the γ-family of test conditionals (seed 001, Prop. 1)
+#
+# sVBSSGP fits a joint affine guide α = vec(θ, s) = Mz + b with gradients from k-means partitions
+# (seed 001 §3.1, §4.1); its predictions use the test point's local data through γ:
+# μ = γ φᵀs + (1−γ) φᵀΓ_k⁻¹Φ_kᵀy_k. VSSGP's mean-field guide predicts with γ = 1.
+# One trained q(α) is scored for every γ (γ only enters the test conditional).
+#
+# `SSGP_PPL_SMALL=1` (the test suite) uses a 3000-row subsample of kin40k and few steps.
+
+# %%
+import json
+import os
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.datasets import load
+from ssgp_ppl.fit import fit, predict
+from ssgp_ppl.metrics import rmse
+from ssgp_ppl.partitions import kmeans_partitions
+
+SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
+data = load("kin40k", split=0, subsample=3000 if SMALL else None)
+p = 15 if SMALL else 200
+budget = ["svi.steps=300", "svi.min_steps=0"] if SMALL else []
+parts = kmeans_partitions(data.x_train, p, seed=0)
+print(data.n_train, data.n_test, parts.count)
+
+# %%
+sv = fit(load_entry("svbssgp").with_overrides(budget + [f"partitions.count={p}"]), data,
+         progress=False, partitions=parts)
+vs = fit(load_entry("vssgp").with_overrides(budget + [f"partitions.count={p}"]), data,
+         progress=False, partitions=parts)
+print("svbssgp", {k: round(v, 3) for k, v in sv.metrics.items()})
+print("vssgp  ", {k: round(v, 3) for k, v in vs.metrics.items()})
+
+# %%
+sites = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in sv.sites.items()}
+y = data.y_scaler.inverse(data.y_test)
+gammas = [-0.3, 0.0, 0.1, 0.2, 0.3, 0.6, 1.0]
+scores = [rmse(y, predict(sites, data, "local", gamma=g, partitions=parts)[0]) for g in gammas]
+for g, r in zip(gammas, scores, strict=True):
+    print(f"gamma={g:+.1f}  rmse={r:.4f}")
+plt.plot(gammas, scores, "o-", label="sVBSSGP, local γ-conditional")
+plt.axhline(vs.metrics["rmse"], color="k", ls="--", label="VSSGP (γ = 1, mean-field)")
+plt.xlabel("γ")
+plt.ylabel("test RMSE")
+plt.legend()
+
+# %% [markdown]
+# ## Benchmark curves (if `benchmarks/svbssgp_paper.py` has written them)
+
+# %%
+for path in sorted(Path("../reports/svbssgp").glob("*.json")):
+    exp = json.loads(path.read_text())
+    if exp["experiment"] == "nscan":
+        continue
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for run in exp["runs"]:
+        labels = sorted({r["label"] for r in run["curve"]})
+        for lab in labels:
+            pts = [(r["step"], r["rmse"]) for r in run["curve"] if r["label"] == lab
+                   and not r.get("final")]
+            ax.plot(*zip(*pts, strict=True), "o-", ms=3, label=lab)
+    ax.set_xscale("log")
+    ax.set_xlabel("SVI step")
+    ax.set_ylabel("test RMSE")
+    ax.set_title(exp["experiment"])
+    ax.legend(fontsize=7)
