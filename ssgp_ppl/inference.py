@@ -32,6 +32,7 @@ class SVIResult(NamedTuple):
     steps: int
     converged: bool
     seconds: float
+    first_chunk: tuple[int, float] = (0, 0.0)  # (steps, seconds) of the first chunk, JIT included
 
 
 def empty_guide(*args, **kwargs):
@@ -144,6 +145,8 @@ def run_svi(
             length = min(chunk, steps - done)
             state, key_batch, chunk_losses = run_chunk(state, key_batch, x, y, aux, length)
             chunk_losses = np.asarray(chunk_losses)
+            if not losses:
+                first_chunk = (length, time.perf_counter() - start)
             if not np.all(np.isfinite(chunk_losses)):
                 bad = int(np.argmin(np.isfinite(chunk_losses)))
                 finite = np.concatenate(losses + [chunk_losses[:bad]])
@@ -170,7 +173,7 @@ def run_svi(
                     break
     seconds = time.perf_counter() - start
     params = svi.get_params(state)
-    return SVIResult(params, np.concatenate(losses), done, converged, seconds)
+    return SVIResult(params, np.concatenate(losses), done, converged, seconds, first_chunk)
 
 
 def guide_draws(guide: Callable, params: dict, x, y, *, num_samples: int, seed: int = 1, **kw):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -308,6 +309,18 @@ def local_data(partitions, x_test, gamma: float) -> LocalData:
                      jnp.asarray(test_block.astype(np.int32)), float(gamma))
 
 
+@partial(jax.jit, static_argnames=("gamma",))
+def _local_draws(sites, x_train, y_train, x_test, blocks, mask, test_block, *, gamma):
+    """local_conditional for each draw in turn (lax.map bounds memory to one draw at a time)."""
+
+    def one(site):
+        return local_conditional(x_test, test_block, x_train, y_train, blocks, mask,
+                                 site["frequencies"], site.get("nuisance"), site["signal"],
+                                 site["noise"], gamma)
+
+    return jax.lax.map(one, sites)
+
+
 def predict_draws(rule: str, sites: dict, x_train, y_train, x_test, local: LocalData | None = None):
     """Per-draw predictive (mean_f, var_f) (S, n*) under ``rule`` from site values (S, ...)."""
     if rule == "local":
@@ -316,17 +329,9 @@ def predict_draws(rule: str, sites: dict, x_train, y_train, x_test, local: Local
         if local.gamma != 0.0 and "nuisance" not in sites:
             raise SSGPError("the local rule with gamma != 0 needs sampled nuisance variables s")
 
-        @jax.jit
-        def run(sites, x_train, y_train, x_test, blocks, mask, test_block):
-            def one(site):
-                return local_conditional(
-                    x_test, test_block, x_train, y_train, blocks, mask, site["frequencies"],
-                    site.get("nuisance"), site["signal"], site["noise"], local.gamma)
-
-            keep = {k: sites[k] for k in ("frequencies", "nuisance", "signal", "noise") if k in sites}
-            return jax.lax.map(one, keep)
-
-        return run(sites, x_train, y_train, x_test, local.blocks, local.mask, local.test_block)
+        keep = {k: sites[k] for k in ("frequencies", "nuisance", "signal", "noise") if k in sites}
+        return _local_draws(keep, x_train, y_train, x_test, local.blocks, local.mask,
+                            local.test_block, gamma=local.gamma)
     if rule == "marginal":
         fn = jax.vmap(lambda fr, sg, nz: marginal_predictive(x_train, y_train, x_test, fr, sg, nz))
         return fn(sites["frequencies"], sites["signal"], sites["noise"])
