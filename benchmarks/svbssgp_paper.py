@@ -34,6 +34,8 @@ from ssgp_ppl.inference import empty_guide, guide_draws, run_svi, site_values
 from ssgp_ppl.metrics import mnlp, rmse
 from ssgp_ppl.partitions import kmeans_partitions
 
+EXTRA_SETS: list[str] = []  # --set overrides applied to every run
+
 
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
@@ -42,7 +44,7 @@ def log(*a):
 def curve(name, data, overrides, *, steps, checkpoints, evals, eval_rows, seed=0, partitions=None,
           train_rows=None):
     """Train ``name`` once; score every (label, rule, gamma, r) of ``evals`` at ``checkpoints``."""
-    entry = load_entry(name).with_overrides(overrides)
+    entry = load_entry(name).with_overrides(overrides + EXTRA_SETS)
     train = data
     if train_rows is not None and train_rows < data.n_train:
         rows = np.random.default_rng(seed).choice(data.n_train, train_rows, replace=False)
@@ -201,7 +203,10 @@ def main():
     p.add_argument("--long", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", help="also write the JSON here")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="catalog override for every run, e.g. --set per_step=1")
     a = p.parse_args()
+    EXTRA_SETS.extend(a.sets)
     if a.experiment == "nscan":
         a.sizes = [min(n, 2_055_733 - 102_787) for n in a.sizes]  # the training split's size
     t = time.perf_counter()
