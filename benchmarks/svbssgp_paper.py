@@ -32,9 +32,9 @@ from ssgp_ppl.datasets import load
 from ssgp_ppl.fit import predict
 from ssgp_ppl.inference import empty_guide, guide_draws, run_svi, site_values
 from ssgp_ppl.metrics import mnlp, rmse
-from ssgp_ppl.partitions import kmeans_partitions
+from ssgp_ppl.partitions import auto_count, kmeans_partitions
 
-EXTRA_SETS: list[str] = []  # --set overrides applied to every run
+EXTRA_SETS: list[str] = []  # --set overrides applied to the svbssgp and vssgp runs
 
 
 def log(*a):
@@ -44,7 +44,7 @@ def log(*a):
 def curve(name, data, overrides, *, steps, checkpoints, evals, eval_rows, seed=0, partitions=None,
           train_rows=None):
     """Train ``name`` once; score every (label, rule, gamma, r) of ``evals`` at ``checkpoints``."""
-    entry = load_entry(name).with_overrides(overrides + EXTRA_SETS)
+    entry = load_entry(name).with_overrides(overrides + (EXTRA_SETS if name != "ssgp" else []))
     train = data
     if train_rows is not None and train_rows < data.n_train:
         rows = np.random.default_rng(seed).choice(data.n_train, train_rows, replace=False)
@@ -56,7 +56,8 @@ def curve(name, data, overrides, *, steps, checkpoints, evals, eval_rows, seed=0
     pcfg = entry.config["partitions"]
     t0 = time.perf_counter()
     if partitions is None and entry.uses_partitions:
-        partitions = kmeans_partitions(train.x_train, pcfg["count"], seed=seed,
+        partitions = kmeans_partitions(train.x_train, pcfg["count"] or auto_count(train.n_train),
+                                       seed=seed, sample=pcfg["sample"],
                                        max_size_factor=pcfg["max_size_factor"])
     partition_seconds = time.perf_counter() - t0
     guide = empty_guide if method == "ml" else entry.guide(spec, model)
@@ -106,6 +107,14 @@ def curve(name, data, overrides, *, steps, checkpoints, evals, eval_rows, seed=0
             "n_train": train.n_train, "curve": rows}, partitions
 
 
+def mean_predictor(data) -> dict:
+    """RMSE and MNLP of predicting the training mean and variance: the floor to beat."""
+    y = np.asarray(data.y_scaler.inverse(data.y_test))
+    yt = np.asarray(data.y_scaler.inverse(data.y_train))
+    mean, var = np.full_like(y, yt.mean()), np.full_like(y, yt.var())
+    return {"rmse": rmse(y, mean), "mnlp": mnlp(y, mean, var)}
+
+
 def checkpoints_for(steps):
     pts = {s for s in (50, 100, 200, 500, 1000, 2000, 3000, 5000, 8000, 12000) if s <= steps}
     return sorted(pts | {steps})
@@ -117,7 +126,7 @@ def exp_airline(a):
     load_s = time.perf_counter() - t
     cps = checkpoints_for(a.steps)
     out = {"experiment": "airline", "n_train": data.n_train, "n_test": data.n_test,
-           "load_seconds": load_s}
+           "load_seconds": load_s, "mean_predictor": mean_predictor(data)}
     common = ["m=20", "partitions.count=2000"]
     sv, parts = curve("svbssgp", data, common + ["samples=5"], steps=a.steps, checkpoints=cps,
                       evals=[("svbssgp γ=0 r=5", "local", 0.0, 5)], eval_rows=a.eval_rows)
@@ -147,7 +156,7 @@ def exp_kin40k(a):
                   checkpoints=checkpoints_for(min(a.steps, 3000)),
                   evals=[("ssgp", "marginal", 0.0, 1)], eval_rows=a.eval_rows)
     return {"experiment": "kin40k", "n_train": data.n_train, "n_test": data.n_test,
-            "runs": [sv, vs, ss]}
+            "mean_predictor": mean_predictor(data), "runs": [sv, vs, ss]}
 
 
 def exp_blog(a):
@@ -157,7 +166,16 @@ def exp_blog(a):
                   steps=a.steps, checkpoints=cps,
                   evals=[(f"svbssgp γ=0 r={r}", "local", 0.0, r) for r in (1, 5, 20)],
                   eval_rows=a.eval_rows)
-    return {"experiment": "blog", "n_train": data.n_train, "n_test": data.n_test, "runs": [sv]}
+    return {"experiment": "blog", "n_train": data.n_train, "n_test": data.n_test,
+            "mean_predictor": mean_predictor(data), "runs": [sv]}
+
+
+def exp_baselines(a):
+    """Mean-predictor RMSE/MNLP on each experiment's test split (for runs archived earlier)."""
+    return {"experiment": "baselines", "rows": {
+        "airline": mean_predictor(load("airline", split=a.split, test_fraction=0.05)),
+        "kin40k": mean_predictor(load("kin40k", split=a.split)),
+        "blog": mean_predictor(load("blog", split=a.split))}}
 
 
 def exp_nscan(a):
@@ -191,7 +209,7 @@ def exp_nscan(a):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("experiment", choices=["airline", "kin40k", "blog", "nscan"])
+    p.add_argument("experiment", choices=["airline", "kin40k", "blog", "nscan", "baselines"])
     p.add_argument("--steps", type=int, default=5000)
     p.add_argument("--split", type=int, default=0)
     p.add_argument("--subsample", type=int, help="AIRLINE rows (default all 2,055,733)")
@@ -204,14 +222,14 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", help="also write the JSON here")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="catalog override for every run, e.g. --set per_step=1")
+                   help="catalog override for the svbssgp/vssgp runs, e.g. --set per_step=1")
     a = p.parse_args()
     EXTRA_SETS.extend(a.sets)
     if a.experiment == "nscan":
         a.sizes = [min(n, 2_055_733 - 102_787) for n in a.sizes]  # the training split's size
     t = time.perf_counter()
     res = {"airline": exp_airline, "kin40k": exp_kin40k, "blog": exp_blog,
-           "nscan": exp_nscan}[a.experiment](a)
+           "nscan": exp_nscan, "baselines": exp_baselines}[a.experiment](a)
     res.update(machine=f"{platform.machine()}, {os.cpu_count()} CPUs, {jax.default_backend()}",
                jax=jax.__version__, wall_seconds=time.perf_counter() - t, args=vars(a))
     text = json.dumps(res, indent=1)

@@ -60,6 +60,11 @@ def main() -> None:
               f"args {json.dumps(exp['args'])}\n")
         if exp["experiment"] == "nscan":
             print(nscan_table(exp))
+        elif exp["experiment"] == "baselines":
+            print("| data | mean-predictor RMSE | MNLP |\n| --- | --- | --- |")
+            for name, r in exp["rows"].items():
+                print(f"| {name} | {r['rmse']:.4g} | {r['mnlp']:.4g} |")
+            print()
         else:
             print(f"n_train = {exp['n_train']}, n_test = {exp['n_test']}. Test RMSE in original "
                   "units vs SVI step (checkpoints on a fixed test subset):\n")

@@ -32,6 +32,12 @@ else
   env $found -m venv .venv
   py=.venv/bin/python
 fi
-"$py" -m pip install -q --upgrade pip >/dev/null
-"$py" -m pip install -q -e ".[dev]"
+# reinstall only when pyproject.toml changed since the last install (the package is editable)
+stamp=.venv/.ssgp-ppl-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$py" -c 'import ssgp_ppl' 2>/dev/null; then
+  "$py" -m pip install -q --upgrade pip >/dev/null
+  "$py" -m pip install -q -e ".[dev]"
+  echo "$want" > "$stamp"
+fi
 echo "setup: ready ($("$py" --version))" >&2

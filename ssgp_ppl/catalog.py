@@ -285,6 +285,17 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
     if mc["parameterization"] == "scaled" and mc["frequencies"] == "learned":
         raise SSGPError(f"{src}: model.frequencies: 'learned' needs parameterization = 'free'")
     methods = cfg["inference"]["methods"]
+    pred = cfg["predictive"]
+    if pred["gamma"] != 0 and pred["rule"] != "local":
+        raise SSGPError(f"{src}: predictive.gamma: γ = {pred['gamma']} is used only by "
+                        f"rule = 'local' (this entry's rule is '{pred['rule']}')")
+    for h in ("noise", "signal", "lengthscales"):
+        if mc[h]["role"] == "prior" and mc[h]["dist"] == "normal":
+            raise SSGPError(f"{src}: model.{h}.dist: 'normal' allows negative values; use "
+                            "half_cauchy, half_normal or lognormal for a positive parameter")
+    if cfg["partitions"]["per_step"] and cfg["inference"]["svi"]["batch_size"]:
+        raise SSGPError(f"{src}: inference.svi.batch_size: set either batch_size or "
+                        "partitions.per_step, not both")
     if cfg["predictive"]["rule"] == "local" and cfg["predictive"]["gamma"] != 0 and \
             mc["nuisance"] != "sampled":
         raise SSGPError(f"{src}: predictive.gamma: γ != 0 needs model.nuisance = 'sampled'")

@@ -15,12 +15,27 @@ from pathlib import Path
 CHAINS_DEVICES = 4  # host devices so that 4 NUTS chains run in parallel
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ssgp-ppl", description=__doc__.splitlines()[0])
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks")
+    p = argparse.ArgumentParser(prog="ssgp-ppl", description=__doc__.splitlines()[0],
+                                parents=[common])
     sub = p.add_subparsers(dest="command", required=True)
 
-    m = sub.add_parser("models", help="list the catalog entries")
+    def add(name, **kw):
+        return sub.add_parser(name, parents=[common], **kw)
+
+    m = add("models", help="list the catalog entries")
     m.add_argument("--json", action="store_true", help="machine-readable output")
 
     def data_args(q):
@@ -28,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--data", required=True, help="data set name or CSV/Parquet path")
         q.add_argument("--target", help="target column of a CSV/Parquet file (default: last)")
         q.add_argument("--split", type=int, default=0, help="split index / seed (default 0)")
-        q.add_argument("--subsample", type=int, help="rows to draw from a large data set")
+        q.add_argument("--subsample", type=_positive, help="rows to draw from a large data set")
         q.add_argument("--data-dir", help="data directory (default: $SSGP_PPL_DATA or ../shared/data)")
         q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
         q.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -36,13 +51,13 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--x64", action="store_true", help="compute in float64")
         q.add_argument("--no-progress", action="store_true", help="no progress bars")
 
-    f = sub.add_parser("fit", help="fit a catalog model, write metrics.json and posterior.nc")
+    f = add("fit", help="fit a catalog model, write metrics.json and posterior.nc")
     data_args(f)
     f.add_argument("--method", choices=("svi", "nuts", "ml"), help="default: the entry's own")
-    f.add_argument("--steps", type=int, help="SVI/ML steps, or NUTS draws per chain")
+    f.add_argument("--steps", type=_positive, help="SVI/ML steps, or NUTS draws per chain")
     f.add_argument("--out", help="output directory (default runs/<model>-<data>-<method>)")
 
-    c = sub.add_parser("compare", help="fit every method of an entry plus NUTS; write a report")
+    c = add("compare", help="fit every method of an entry plus NUTS; write a report")
     data_args(c)
     c.add_argument("--out", help="output directory (default reports/<model>-<data>)")
     return p
@@ -152,10 +167,11 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             {"models": cmd_models, "fit": cmd_fit, "compare": cmd_compare}[args.command](args)
-        except SSGPError as e:
+        except (SSGPError, OSError, ValueError) as e:  # bad input: one line, exit 2
             if args.debug:
                 raise
-            print(f"ssgp-ppl: error: {e}", file=sys.stderr)
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(f"ssgp-ppl: error: {msg}", file=sys.stderr)
             return 2
     except KeyboardInterrupt:
         print("ssgp-ppl: interrupted", file=sys.stderr)

@@ -129,6 +129,8 @@ def fit(
     method = method or entry.methods[0]
     if method not in METHODS:
         raise SSGPError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    if steps is not None and steps < 1:
+        raise SSGPError(f"--steps must be >= 1, got {steps}")
     x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
     spec = entry.spec(data.n_features)
     model = entry.model(spec)
@@ -150,12 +152,15 @@ def fit(
                 raise SSGPError(f"{entry.name}: NUTS needs priors on {', '.join(learned)}")
             type2 = fit(entry, data, own, seed=seed, progress=progress,
                         partitions=partitions).info["type2"]
+            t0 = time.perf_counter()  # NUTS time only
         if learned:  # empirical Bayes: condition on the type-II estimates
             model = handlers.substitute(model, data={k: jnp.asarray(type2[k]) for k in learned})
             info["type2"] = {k: np.asarray(type2[k]) for k in learned}
         reparam = ("nuisance",) + (("frequencies",) if spec.density == "se" else ())
+        # f (n values per draw) is not collected: NUTS would keep chains × draws × n of them
+        model = handlers.block(model, hide=["f"])
         model = reparam_for_nuts(model, [s for s in reparam if s in spec.latent_sites()])
-        mcmc = run_nuts(model, x, y, warmup=cfg["warmup"], samples=steps or cfg["samples"],
+        mcmc = run_nuts(model, x, y, warmup=cfg["warmup"], samples=cfg["samples"] if steps is None else steps,
                         chains=cfg["chains"], seed=seed, target_accept=cfg["target_accept"],
                         max_tree_depth=cfg["max_tree_depth"], progress=progress,
                         init_strategy=nuts_init)
@@ -178,11 +183,12 @@ def fit(
             guide = entry.guide(spec, model)
             batch = cfg["batch_size"] or None
             per_step = min(pcfg["per_step"], partitions.count) if pcfg["per_step"] else 0
-        res = run_svi(model, guide, x, y, steps=steps or cfg["steps"], lr=cfg["lr"],
+        n_steps = cfg["steps"] if steps is None else steps
+        res = run_svi(model, guide, x, y, steps=n_steps, lr=cfg["lr"],
                       lr_halflife=cfg.get("lr_halflife", 0.0),
                       batch_size=batch, partitions=partitions if per_step else None,
                       per_step=max(per_step, 1), chunk=cfg["chunk"], seed=seed, tol=cfg["tol"],
-                      min_steps=min(cfg["min_steps"], steps or cfg["steps"]),
+                      min_steps=min(cfg["min_steps"], n_steps),
                       num_particles=cfg.get("num_particles", 1), progress=progress, desc=desc)
         params, losses, chains = res.params, res.losses, 1
         info.update(steps=res.steps, converged=res.converged,
@@ -211,15 +217,18 @@ def fit(
         "observed_data": {"y": np.asarray(data.y_train)},
         "predictions": _by_chain({"f_mean": mean_f, "f_var": var_f, "y_pred": y_pred}, chains),
     }
-    loglik = _pointwise_loglik(sites, x, y)
     if method == "nuts":
-        dt = from_numpyro(mcmc, log_likelihood=True, dims=DIMS)
-        dt["predictions"] = from_dict({"predictions": groups["predictions"]}, dims=DIMS)[
-            "predictions"].to_dataset()
+        # pointwise only when s is sampled (the marginalised likelihood is one joint value)
+        pointwise = spec.nuisance == "sampled" and \
+            chains * cfg["samples"] * data.n_train <= LOGLIK_MAX_VALUES
+        dt = from_numpyro(mcmc, log_likelihood=pointwise, dims=DIMS)
+        dt["predictions"] = from_dict({"predictions": groups["predictions"]},
+                                      pred_dims=DIMS)["predictions"].to_dataset()
     else:
+        loglik = _pointwise_loglik(sites, x, y)
         if loglik is not None:
             groups["log_likelihood"] = {"y": loglik.reshape(chains, -1, loglik.shape[-1])}
-        dt = from_dict(groups, dims=DIMS)
+        dt = from_dict(groups, dims=DIMS, pred_dims=DIMS)
     dt.attrs.update(model=entry.name, method=method, dataset=data.name)
     info.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds)
     return FitResult(entry.name, method, data.name, sites_np, mean, var, metrics, losses, dt, info)

@@ -21,6 +21,7 @@ from ssgp_ppl.catalog import CatalogEntry
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.fit import FitResult, fit, metrics_record
 from ssgp_ppl.metrics import coverage_curve
+from ssgp_ppl.partitions import auto_count, kmeans_partitions
 
 INVARIANT = ("noise", "signal", "lengthscales")
 
@@ -47,11 +48,15 @@ def nuts_diagnostics(res: FitResult) -> dict:
     return out
 
 
-def methods_to_run(entry: CatalogEntry) -> list[str]:
+NUTS_MAX_ROWS = 5000  # NUTS references are for small data (pendulum, Auto-MPG, subsamples)
+
+
+def methods_to_run(entry: CatalogEntry, n_train: int = 0) -> list[str]:
     """The entry's methods, plus NUTS when the model has latent sites (on a model with type-II
-    hyperparameters NUTS conditions on the entry's own estimates: an empirical-Bayes reference)."""
+    hyperparameters NUTS conditions on the entry's own estimates: an empirical-Bayes reference)
+    and the training split has at most NUTS_MAX_ROWS rows."""
     methods = list(entry.methods)
-    if "nuts" not in methods and entry.spec(1).latent_sites():
+    if "nuts" not in methods and entry.spec(1).latent_sites() and n_train <= NUTS_MAX_ROWS:
         methods.append("nuts")
     return methods
 
@@ -129,8 +134,15 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     out.mkdir(parents=True, exist_ok=True)
     results, records = [], []
     type2 = None
-    for method in methods_to_run(entry):
-        res = fit(entry, data, method, seed=seed, progress=progress, type2=type2)
+    partitions = None
+    if entry.uses_partitions:  # built once, shared by every method
+        pc = entry.config["partitions"]
+        partitions = kmeans_partitions(data.x_train, pc["count"] or auto_count(data.n_train),
+                                       seed=seed, sample=pc["sample"],
+                                       max_size_factor=pc["max_size_factor"])
+    for method in methods_to_run(entry, data.n_train):
+        res = fit(entry, data, method, seed=seed, progress=progress, type2=type2,
+                  partitions=partitions)
         if method == entry.methods[0] and method != "nuts":
             type2 = res.info.get("type2")
         rec = metrics_record(res, data)
@@ -157,9 +169,12 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
         if entry.spec(1).learned_sites():
             parts.append("<p>Empirical-Bayes reference: NUTS conditions on the type-II "
                          f"hyperparameters estimated by {html.escape(entry.methods[0])}.</p>")
-    else:
+    elif not entry.spec(1).latent_sites():
         parts.append("<p>No NUTS reference: this entry has no latent variables (all its "
                      "parameters are type-II point estimates).</p>")
+    else:
+        parts.append(f"<p>No NUTS reference: n_train = {data.n_train} exceeds {NUTS_MAX_ROWS} "
+                     "rows (use --subsample for a NUTS comparison).</p>")
     for title, png in _plots(results, data):
         parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
                      f"src='data:image/png;base64,{png}'>")

@@ -76,10 +76,16 @@ GOOD = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = 
         (GOOD + "[inference.svi]\nguide = 'nope'\n", ["inference.svi.guide", "nope"]),
         (GOOD + "[model.signal]\nrole = 'prior'\nscale = -1.0\n", ["model.signal.scale", "> 0"]),
         ("description = \n", ["bad.toml", "not valid TOML"]),
+        (GOOD + "[predictive]\ngamma = 0.5\n", ["predictive.gamma", "rule = 'local'"]),
+        (GOOD.replace("role = \"learned\"", "role = \"prior\"\ndist = \"normal\""),
+         ["model.noise.dist", "negative"]),
+        (GOOD.replace('"marginalized"', '"sampled"') + "[inference.svi]\nbatch_size = 10\n"
+         "[partitions]\nper_step = 2\n", ["batch_size", "per_step"]),
     ],
     ids=["unknown-key", "wrong-type", "m-zero", "bad-role", "no-description", "nuts-no-latents",
          "nuts-first-learned",
-         "svi-no-latents", "degenerate-marginal", "bad-density", "bad-guide", "neg-scale", "bad-toml"],
+         "svi-no-latents", "degenerate-marginal", "bad-density", "bad-guide", "neg-scale", "bad-toml",
+         "gamma-without-local", "normal-noise-prior", "batch-and-partitions"],
 )
 def test_bad_entry_names_file_and_key(tmp_path, text, words):
     with pytest.raises(SSGPError) as err:

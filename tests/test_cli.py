@@ -45,6 +45,30 @@ def test_models_json():
     assert all({"name", "guide", "objective", "description"} <= set(row) for row in rows)
 
 
+def test_filesystem_error_is_one_line_exit_2(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["fit", "ssgp", "--data", "pendulum", "--out", str(blocker / "sub"),
+                 "--steps", "5", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("ssgp-ppl: error:"), err
+
+
+@pytest.mark.parametrize("steps", ["0", "-3", "many"])
+def test_steps_must_be_positive(steps, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "ssgp", "--data", "pendulum", "--steps", steps])
+    assert e.value.code == 2
+    assert "positive integer" in capsys.readouterr().err
+
+
+def test_debug_flag_after_the_subcommand_shows_the_traceback():
+    from ssgp_ppl.errors import SSGPError
+
+    with pytest.raises(SSGPError, match="unknown data set"):
+        main(["fit", "ssgp", "--data", "nosuchdata", "--debug"])
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [
