@@ -55,6 +55,8 @@ def main() -> None:
     for path in sys.argv[1:]:
         with open(path) as f:
             exp = json.load(f)
+        if "experiment" not in exp:  # e.g. the archived end-to-end fit record
+            continue
         print(f"### {exp['experiment']} ({path})\n")
         print(f"Machine: {exp['machine']}; jax {exp['jax']}; wall {exp['wall_seconds']:.0f} s; "
               f"args {json.dumps(exp['args'])}\n")

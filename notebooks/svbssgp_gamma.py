@@ -68,7 +68,7 @@ plt.legend()
 # %%
 for path in sorted(Path("../reports/svbssgp").glob("*.json")):
     exp = json.loads(path.read_text())
-    if exp["experiment"] == "nscan":
+    if "runs" not in exp:  # n-scan, baselines, end-to-end records: no curves to plot
         continue
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for run in exp["runs"]:
