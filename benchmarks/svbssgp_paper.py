@@ -32,7 +32,7 @@ from ssgp_ppl.datasets import load
 from ssgp_ppl.fit import predict
 from ssgp_ppl.inference import empty_guide, guide_draws, run_svi, site_values
 from ssgp_ppl.metrics import mnlp, rmse
-from ssgp_ppl.partitions import auto_count, kmeans_partitions
+from ssgp_ppl.partitions import kmeans_partitions
 
 EXTRA_SETS: list[str] = []  # --set overrides applied to the svbssgp and vssgp runs
 
@@ -56,9 +56,7 @@ def curve(name, data, overrides, *, steps, checkpoints, evals, eval_rows, seed=0
     pcfg = entry.config["partitions"]
     t0 = time.perf_counter()
     if partitions is None and entry.uses_partitions:
-        partitions = kmeans_partitions(train.x_train, pcfg["count"] or auto_count(train.n_train),
-                                       seed=seed, sample=pcfg["sample"],
-                                       max_size_factor=pcfg["max_size_factor"])
+        partitions = entry.partitions(train.x_train, seed=seed)
     partition_seconds = time.perf_counter() - t0
     guide = empty_guide if method == "ml" else entry.guide(spec, model)
     sub = np.random.default_rng(seed + 7).choice(data.n_test, min(eval_rows, data.n_test), False)

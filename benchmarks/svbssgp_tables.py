@@ -33,22 +33,28 @@ def curve_table(exp: dict) -> str:
     return head + body
 
 
+def markdown(header: list[str], rows: list[list]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
 def timing_table(exp: dict) -> str:
-    out = "| model | steps | partitions p | k-means s | train ms/step | n_train |\n" \
-          "| --- | --- | --- | --- | --- | --- |\n"
-    for run in exp["runs"]:
-        out += (f"| {run['model']} | {run['steps']} | {run['partitions'] or '-'} | "
-                f"{run['partition_seconds']:.2f} | {run['ms_per_step']:.2f} | {run['n_train']} |\n")
-    return out
+    return markdown(["model", "steps", "partitions p", "k-means s", "train ms/step", "n_train"],
+                    [[r["model"], r["steps"], r["partitions"] or "-", f"{r['partition_seconds']:.2f}",
+                      f"{r['ms_per_step']:.2f}", r["n_train"]] for r in exp["runs"]])
 
 
 def nscan_table(exp: dict) -> str:
-    out = "| n | partitions | padded block rows | k-means + assignment s | ms/step |\n" \
-          "| --- | --- | --- | --- | --- |\n"
-    for r in exp["rows"]:
-        out += (f"| {r['n']:,} | {r['partitions']} | {r['block_size']} | "
-                f"{r['kmeans_seconds']:.2f} | {r['ms_per_step']:.3f} |\n")
-    return out
+    return markdown(["n", "partitions", "padded block rows", "k-means + assignment s", "ms/step"],
+                    [[f"{r['n']:,}", r["partitions"], r["block_size"], f"{r['kmeans_seconds']:.2f}",
+                      f"{r['ms_per_step']:.3f}"] for r in exp["rows"]])
+
+
+def baselines_table(exp: dict) -> str:
+    return markdown(["data", "mean-predictor RMSE", "MNLP"],
+                    [[name, f"{r['rmse']:.4g}", f"{r['mnlp']:.4g}"] for name, r in exp["rows"].items()])
 
 
 def main() -> None:
@@ -63,10 +69,7 @@ def main() -> None:
         if exp["experiment"] == "nscan":
             print(nscan_table(exp))
         elif exp["experiment"] == "baselines":
-            print("| data | mean-predictor RMSE | MNLP |\n| --- | --- | --- |")
-            for name, r in exp["rows"].items():
-                print(f"| {name} | {r['rmse']:.4g} | {r['mnlp']:.4g} |")
-            print()
+            print(baselines_table(exp))
         else:
             print(f"n_train = {exp['n_train']}, n_test = {exp['n_test']}. Test RMSE in original "
                   "units vs SVI step (checkpoints on a fixed test subset):\n")

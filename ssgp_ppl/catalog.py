@@ -12,7 +12,7 @@ import copy
 import os
 import tomllib
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,6 +22,7 @@ from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import PSI, known_guides, make_guide
 from ssgp_ppl.model import PRIORS, ROLES, RULES, Hyper, SSGPSpec, ssgp_model
+from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
 
 METHODS = ("ml", "svi", "nuts")
 
@@ -238,6 +239,22 @@ class CatalogEntry:
             opts.update(psi=svi["psi"], df=svi["df"])
         return make_guide(svi["guide"], model or self.model(spec), spec, **opts)
 
+    @cached_property
+    def latent_sites(self) -> tuple[str, ...]:
+        """The model's latent sample sites (independent of d)."""
+        return self.spec(1).latent_sites()
+
+    @cached_property
+    def learned_sites(self) -> tuple[str, ...]:
+        """The model's type-II hyperparameters (independent of d)."""
+        return self.spec(1).learned_sites()
+
+    def partitions(self, x, *, seed: int = 0) -> Partitions:
+        """k-means partitions of the training inputs ``x`` as ``[partitions]`` configures them."""
+        pc = self.config["partitions"]
+        return kmeans_partitions(x, pc["count"] or auto_count(len(x)), seed=seed,
+                                 sample=pc["sample"], max_size_factor=pc["max_size_factor"])
+
     @property
     def uses_partitions(self) -> bool:
         return (self.config["predictive"]["rule"] == "local"
@@ -303,15 +320,14 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
         raise SSGPError(f"{src}: partitions.per_step: partition sampling needs model.nuisance = "
                         "'sampled' (the marginal likelihood does not factorise)")
     entry = CatalogEntry(name, path, cfg)
-    spec_probe = entry.spec(1)
-    if "nuts" in methods and not spec_probe.latent_sites():
+    if "nuts" in methods and not entry.latent_sites:
         raise SSGPError(f"{src}: inference.methods: 'nuts' needs latent sites; this model has none")
-    if "nuts" in methods and spec_probe.learned_sites() and methods[0] == "nuts":
-        learned = ", ".join(f"model.{s}" for s in spec_probe.learned_sites())
+    if "nuts" in methods and entry.learned_sites and methods[0] == "nuts":
+        learned = ", ".join(f"model.{s}" for s in entry.learned_sites)
         raise SSGPError(f"{src}: inference.methods: 'nuts' first needs priors or fixed values, but "
                         f"these are learned: {learned} (list 'svi' or 'ml' first: NUTS then "
                         "conditions on their type-II estimates)")
-    if cfg["inference"]["methods"][0] == "svi" and not spec_probe.latent_sites():
+    if methods[0] == "svi" and not entry.latent_sites:
         raise SSGPError(f"{src}: inference.methods: 'svi' needs latent sites; this model has "
                         "none (use 'ml')")
     return entry

@@ -117,22 +117,9 @@ def cmd_models(args) -> None:
         _print_table(rows, ["name", "methods", "guide", "objective", "description"])
 
 
-def write_json(path: Path, obj) -> None:
-    """Atomic JSON write (temporary file + rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-
-
-def write_datatree(path: Path, dt) -> None:
-    """Atomic netCDF write of a DataTree."""
-    tmp = path.with_name(path.name + ".tmp")
-    dt.to_netcdf(tmp, engine="h5netcdf")
-    os.replace(tmp, path)
-
-
 def cmd_fit(args) -> None:
     from ssgp_ppl.fit import fit, metrics_record
+    from ssgp_ppl.io import write_datatree, write_json
 
     entry = _entry(args)
     data = _load_data(args)

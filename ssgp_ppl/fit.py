@@ -38,7 +38,7 @@ from ssgp_ppl.inference import (
 )
 from ssgp_ppl.metrics import mixture_moments, regression_metrics
 from ssgp_ppl.model import local_data, predict_draws
-from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
+from ssgp_ppl.partitions import Partitions
 
 DIMS = {
     "frequencies": ["frequency", "input"],
@@ -137,9 +137,7 @@ def fit(
     cfg = entry.settings(method)
     pcfg = entry.config["partitions"]
     if partitions is None and entry.uses_partitions:
-        partitions = kmeans_partitions(data.x_train, pcfg["count"] or auto_count(data.n_train),
-                                       seed=seed, sample=pcfg["sample"],
-                                       max_size_factor=pcfg["max_size_factor"])
+        partitions = entry.partitions(data.x_train, seed=seed)
     info: dict = {"partitions": None if partitions is None else partitions.count}
     losses = None
     t0 = time.perf_counter()

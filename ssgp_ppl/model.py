@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax.scipy.linalg import solve_triangular
@@ -302,8 +303,6 @@ class LocalData(NamedTuple):
 
 def local_data(partitions, x_test, gamma: float) -> LocalData:
     """Assign test inputs to their nearest partition and keep only the blocks they use."""
-    import numpy as np
-
     if not -1.0 <= gamma <= 1.0:
         raise SSGPError(f"gamma must be in [-1, 1], got {gamma}")
     assign = partitions.assign(x_test)

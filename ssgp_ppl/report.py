@@ -20,8 +20,8 @@ import numpy as np
 from ssgp_ppl.catalog import CatalogEntry
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.fit import FitResult, fit, metrics_record
+from ssgp_ppl.io import write_datatree, write_json, write_text_atomic
 from ssgp_ppl.metrics import coverage_curve
-from ssgp_ppl.partitions import auto_count, kmeans_partitions
 
 INVARIANT = ("noise", "signal", "lengthscales")
 
@@ -56,7 +56,7 @@ def methods_to_run(entry: CatalogEntry, n_train: int = 0) -> list[str]:
     hyperparameters NUTS conditions on the entry's own estimates: an empirical-Bayes reference)
     and the training split has at most NUTS_MAX_ROWS rows."""
     methods = list(entry.methods)
-    if "nuts" not in methods and entry.spec(1).latent_sites() and n_train <= NUTS_MAX_ROWS:
+    if "nuts" not in methods and entry.latent_sites and n_train <= NUTS_MAX_ROWS:
         methods.append("nuts")
     return methods
 
@@ -129,17 +129,11 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             progress: bool = True) -> list[dict]:
     """Fit every method of ``entry`` (plus NUTS where possible), write the report; return records."""
-    from ssgp_ppl.cli import write_datatree, write_json
-
     out.mkdir(parents=True, exist_ok=True)
     results, records = [], []
     type2 = None
-    partitions = None
-    if entry.uses_partitions:  # built once, shared by every method
-        pc = entry.config["partitions"]
-        partitions = kmeans_partitions(data.x_train, pc["count"] or auto_count(data.n_train),
-                                       seed=seed, sample=pc["sample"],
-                                       max_size_factor=pc["max_size_factor"])
+    # built once, shared by every method
+    partitions = entry.partitions(data.x_train, seed=seed) if entry.uses_partitions else None
     for method in methods_to_run(entry, data.n_train):
         res = fit(entry, data, method, seed=seed, progress=progress, type2=type2,
                   partitions=partitions)
@@ -166,10 +160,10 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
         parts += [f"<h2>NUTS reference ({status})</h2>",
                   "<p>Diagnostics on symmetry-invariant quantities (hyperparameters and the "
                   "latent function at test inputs).</p>", _table([d], list(d))]
-        if entry.spec(1).learned_sites():
+        if entry.learned_sites:
             parts.append("<p>Empirical-Bayes reference: NUTS conditions on the type-II "
                          f"hyperparameters estimated by {html.escape(entry.methods[0])}.</p>")
-    elif not entry.spec(1).latent_sites():
+    elif not entry.latent_sites:
         parts.append("<p>No NUTS reference: this entry has no latent variables (all its "
                      "parameters are type-II point estimates).</p>")
     else:
@@ -182,7 +176,5 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}")
     doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(entry.name)}"
            f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
-    tmp = out / "report.html.tmp"
-    tmp.write_text(doc)
-    tmp.replace(out / "report.html")
+    write_text_atomic(out / "report.html", doc)
     return records
