@@ -24,7 +24,8 @@ from ssgp_ppl.guides import PSI, known_guides, make_guide
 from ssgp_ppl.model import PRIORS, ROLES, RULES, Hyper, SSGPSpec, ssgp_model
 from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
 
-METHODS = ("ml", "svi", "nuts")
+METHODS = ("ml", "svi", "nuts", "ncvmp", "local")
+TAN_METHODS = ("ncvmp", "local")  # seed 004's solver and its adaptive neighbourhoods
 
 
 class Field(NamedTuple):
@@ -97,6 +98,23 @@ SCHEMA: dict = {
             "tol": Field((int, float), 1e-5, "relative change of the smoothed loss to stop", low=0),
             "min_steps": Field(int, 0, "no convergence stop before this many steps", low=0),
         },
+        "ncvmp": {
+            "algorithm": Field(int, 2, "seed 004 Algorithm 1 (plain NCVMP) or 2 (adaptive steps)",
+                               choices=(1, 2)),
+            "rho": Field((int, float), 1.5, "Algorithm 2: step-size growth factor ρ", low=1,
+                         open_low=True),
+            "max_iter": Field(int, 500, "maximum iterations (§4)", low=1),
+            "tol": Field((int, float), 1e-6, "relative increase of the bound to stop (§4)", low=0),
+            "restarts": Field(int, 10, "spectral sets tried at the start (§7: ten)", low=1),
+            "restart_iters": Field(int, 2, "iterations per tried set before keeping the best (§7)",
+                                   low=1),
+        },
+        "local": {
+            "k": Field(int, 60, "neighbours per test point (seed 004 §6)", low=5),
+            "adapt": Field(bool, True, "refit on the λ-weighted neighbourhood (eq. 16); false: "
+                           "predict from the Euclidean fit M1"),
+            "batch": Field(int, 32, "test points fitted at once (vmap)", low=1),
+        },
         "nuts": {
             "warmup": Field(int, 500, "warm-up iterations per chain", low=1),
             "samples": Field(int, 500, "kept draws per chain", low=1),
@@ -131,7 +149,7 @@ def models_dir() -> Path:
 
 def _check_value(f: Field, value, where: str):
     types = f.type if isinstance(f.type, tuple) else (f.type,)
-    if isinstance(value, bool) or not isinstance(value, types):
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
         want = " or ".join(t.__name__ for t in types)
         raise SSGPError(f"{where}: expected {want}, got {type(value).__name__} {value!r}")
     items = value if isinstance(value, list) else [value]
@@ -319,6 +337,8 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
     if cfg["partitions"]["per_step"] and mc["nuisance"] != "sampled":
         raise SSGPError(f"{src}: partitions.per_step: partition sampling needs model.nuisance = "
                         "'sampled' (the marginal likelihood does not factorise)")
+    if any(m in TAN_METHODS for m in methods):
+        _check_tan_model(mc, src)
     entry = CatalogEntry(name, path, cfg)
     if "nuts" in methods and not entry.latent_sites:
         raise SSGPError(f"{src}: inference.methods: 'nuts' needs latent sites; this model has none")
@@ -331,6 +351,21 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
         raise SSGPError(f"{src}: inference.methods: 'svi' needs latent sites; this model has "
                         "none (use 'ml')")
     return entry
+
+
+def _check_tan_model(mc: dict, src: str) -> None:
+    """ncvmp / local fit seed 004's model only: say which key is off."""
+    want = {"parameterization": "scaled", "spectral_density": "se", "nuisance": "sampled"}
+    for key, value in want.items():
+        if mc[key] != value:
+            raise SSGPError(f"{src}: model.{key}: methods ncvmp/local (seed 004) need {value!r}")
+    for key, dist in (("inverse_lengthscales", "normal"), ("signal", "half_cauchy"),
+                      ("noise", "half_cauchy")):
+        if mc[key]["role"] != "prior" or mc[key]["dist"] != dist:
+            raise SSGPError(f"{src}: model.{key}: methods ncvmp/local (seed 004) need role = "
+                            f"'prior', dist = '{dist}'")
+    if mc["m"] < 2:
+        raise SSGPError(f"{src}: model.m: methods ncvmp/local need m >= 2")
 
 
 def load_entry(name_or_path: str | Path) -> CatalogEntry:

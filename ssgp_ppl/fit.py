@@ -4,7 +4,9 @@
 
 * ``ml``: type-II maximum likelihood (MAP where the entry has priors) by Adam inside one jit;
 * ``svi``: the entry's guide, ELBO by Adam inside one jit, predictions averaged over guide draws;
-* ``nuts``: the same model with priors, non-centred, several chains.
+* ``nuts``: the same model with priors, non-centred, several chains;
+* ``ncvmp``: seed 004's Algorithm 2 (or 1) with the closed-form predictive of §5;
+* ``local``: seed 004's adaptive neighbourhoods (§6), a local NCVMP fit per test point.
 
 Predictions of y* are the moment-matched mixture over draws (law of total variance, noise added
 per draw) and are reported in the original units of the target.
@@ -12,6 +14,7 @@ per draw) and are reported in the original units of the target.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import NamedTuple
 
@@ -23,8 +26,8 @@ from arviz_base import from_dict, from_numpyro
 from numpyro import handlers
 from numpyro.infer import autoguide, init_to_value
 
-from ssgp_ppl import spectral
-from ssgp_ppl.catalog import METHODS, CatalogEntry
+from ssgp_ppl import ncvmp, spectral
+from ssgp_ppl.catalog import METHODS, TAN_METHODS, CatalogEntry
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import initial_values, nuts_init
@@ -38,6 +41,7 @@ from ssgp_ppl.inference import (
 )
 from ssgp_ppl.metrics import mixture_moments, regression_metrics
 from ssgp_ppl.model import local_data, predict_draws
+from ssgp_ppl.neighbourhoods import local_predict
 from ssgp_ppl.partitions import Partitions
 
 DIMS = {
@@ -45,6 +49,11 @@ DIMS = {
     "lengthscales": ["input"],
     "inverse_lengthscales": ["input"],
     "nuisance": ["feature"],
+    "mu_lambda_euclidean": ["test", "input"],
+    "mu_lambda": ["test", "input"],
+    "bound": ["test"],
+    "iterations": ["test"],
+    "f_mean_euclidean": ["test"],
     "y": ["obs"],
     "f_mean": ["test"],
     "f_var": ["test"],
@@ -119,20 +128,31 @@ def fit(
     progress: bool = True,
     type2: dict | None = None,
     partitions: Partitions | None = None,
+    spectral_points=None,
 ) -> FitResult:
     """Fit ``entry`` on ``data`` with ``method`` (default: the entry's own), predict, score.
 
     NUTS on a model with type-II hyperparameters conditions on their estimates (empirical Bayes):
     ``type2`` gives them, else the entry's own method is fitted first to get them.
     ``partitions`` reuses k-means partitions of ``data.x_train`` (built when the entry needs them).
+    ``spectral_points`` (m, d) replaces the entry's fixed spectral points; SVI and NUTS on an entry
+    whose own method is ``ncvmp`` use the set NCVMP's restarts picked (the same model as the VI fit).
     """
     method = method or entry.methods[0]
     if method not in METHODS:
         raise SSGPError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
     if steps is not None and steps < 1:
         raise SSGPError(f"--steps must be >= 1, got {steps}")
+    if method in TAN_METHODS:
+        return _fit_tan(entry, data, method, seed=seed, steps=steps, progress=progress,
+                        spectral_points=spectral_points)
     x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
     spec = entry.spec(data.n_features)
+    if spectral_points is None and entry.methods[0] == "ncvmp":
+        spectral_points = fit(entry, data, "ncvmp", seed=seed, progress=False).info[
+            "spectral_points"]
+    if spectral_points is not None:
+        spec = dataclasses.replace(spec, spectral_points=jnp.asarray(spectral_points))
     model = entry.model(spec)
     cfg = entry.settings(method)
     pcfg = entry.config["partitions"]
@@ -190,6 +210,7 @@ def fit(
                       num_particles=cfg.get("num_particles", 1), progress=progress, desc=desc)
         params, losses, chains = res.params, res.losses, 1
         info.update(steps=res.steps, converged=res.converged,
+                    params={k: np.asarray(v) for k, v in params.items()},
                     type2={k: np.asarray(params[k]) for k in spec.learned_sites()})
         n = 1 if guide is empty_guide or method == "ml" else entry.config["predictive"]["samples"]
         draws = {} if guide is empty_guide else guide_draws(guide, params, x, y, num_samples=n,
@@ -230,6 +251,98 @@ def fit(
     dt.attrs.update(model=entry.name, method=method, dataset=data.name)
     info.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds)
     return FitResult(entry.name, method, data.name, sites_np, mean, var, metrics, losses, dt, info)
+
+
+def ncvmp_settings(entry: CatalogEntry, steps: int | None = None) -> ncvmp.NCVMPSettings:
+    """The entry's ``[inference.ncvmp]`` settings (``steps`` overrides max_iter)."""
+    c = entry.settings("ncvmp")
+    return ncvmp.NCVMPSettings(algorithm=c["algorithm"], rho=c["rho"],
+                               max_iter=c["max_iter"] if steps is None else steps, tol=c["tol"],
+                               restarts=c["restarts"], restart_iters=c["restart_iters"])
+
+
+def spectral_candidates(entry: CatalogEntry, spec, restarts: int):
+    """§7's candidate spectral sets (R, m, d): the entry's own points first, then fresh draws."""
+    key = jax.random.PRNGKey(entry.config["model"]["spectral_seed"])
+    extra = ncvmp.spectral_sets(jax.random.fold_in(key, 1), restarts - 1, spec.m, spec.d,
+                                spec.spectral_points.dtype)
+    return jnp.concatenate([spec.spectral_points[None], extra])
+
+
+def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, steps: int | None,
+             progress: bool, spectral_points=None) -> FitResult:
+    """Seed 004: NCVMP on the training split (``ncvmp``) or adaptive neighbourhoods (``local``)."""
+    spec = entry.spec(data.n_features)
+    if spectral_points is not None:
+        spec = dataclasses.replace(spec, spectral_points=jnp.asarray(spectral_points))
+    prior = ncvmp.tan_prior(spec)
+    settings = ncvmp_settings(entry, steps)
+    x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+    ncvmp.check_data(x, y, spec.m)
+    n = data.n_train
+    t0 = time.perf_counter()
+    info: dict = {"algorithm": settings.algorithm, "partitions": None}
+    x_test = jnp.asarray(data.x_test)
+    if method == "ncvmp":
+        sets = spectral_candidates(entry, spec, settings.restarts) if spectral_points is None \
+            else spec.spectral_points[None]
+        ybar = jnp.mean(y)
+        res = ncvmp.fit_ncvmp(x, y - ybar, sets, prior, settings)
+        jax.block_until_ready(res)
+        fit_seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        mean_s, var_s = ncvmp.predictive(res.state, res.points, x_test, n, prior)
+        mean_s = mean_s + ybar
+        noise2 = ncvmp.noise_moments(res.state, n, prior)[0]
+        draws = ncvmp.sample_q(jax.random.PRNGKey(seed + 1), res.state, n, spec.m, prior,
+                               entry.config["predictive"]["samples"])
+        bounds = np.asarray(res.bounds)
+        losses = -bounds[np.isfinite(bounds)]
+        info.update(bound=float(res.bound), iterations=int(res.iterations),
+                    converged=bool(res.converged), spectral_points=np.asarray(res.points),
+                    steps=int(res.iterations))
+        posterior = {k: np.asarray(v)[None] for k, v in draws.items()}
+        extra = {}
+    else:
+        lc = entry.settings("local")
+        out = local_predict(np.asarray(x), np.asarray(y), np.asarray(x_test), prior, m=spec.m,
+                            k=lc["k"], settings=settings,
+                            key=jax.random.PRNGKey(entry.config["model"]["spectral_seed"]),
+                            adapt=lc["adapt"], batch=lc["batch"], progress=progress,
+                            desc=f"{entry.name}:local")
+        fit_seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        mean_s, var_s = jnp.asarray(out.mean), jnp.asarray(out.var)
+        noise2 = jnp.zeros(())
+        losses = None
+        info.update(k=lc["k"], adapt=lc["adapt"], iterations=float(np.mean(out.iterations)))
+        posterior = None
+        extra = {"local_fits": {"mu_lambda_euclidean": out.mu_lambda_euclidean[None, None],
+                                "mu_lambda": out.mu_lambda[None, None],
+                                "bound": out.bound[None, None],
+                                "iterations": out.iterations[None, None],
+                                "f_mean_euclidean": out.mean_euclidean[None, None]}}
+    scale = float(np.asarray(data.y_scaler.scale))
+    mean = np.asarray(data.y_scaler.inverse(np.asarray(mean_s, np.float64)))
+    var = np.asarray(var_s, np.float64) * scale**2
+    predict_seconds = time.perf_counter() - t1
+    metrics = regression_metrics(np.asarray(data.y_scaler.inverse(data.y_test)), mean, var)
+    var_f = jnp.maximum(var_s - noise2, 0.0)
+    y_pred = mean_s + jnp.sqrt(var_s) * jax.random.normal(jax.random.PRNGKey(seed + 2),
+                                                          mean_s.shape, mean_s.dtype)
+    groups = {
+        "observed_data": {"y": np.asarray(data.y_train)},
+        "predictions": {"f_mean": np.asarray(mean_s)[None, None], "f_var": np.asarray(var_f)[None, None],
+                        "y_pred": np.asarray(data.y_scaler.inverse(np.asarray(y_pred)))[None, None]},
+        **extra,
+    }
+    if posterior is not None:
+        groups["posterior"] = posterior
+    dt = from_dict(groups, dims=DIMS, pred_dims=DIMS)
+    dt.attrs.update(model=entry.name, method=method, dataset=data.name)
+    info.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds)
+    return FitResult(entry.name, method, data.name, posterior or {}, mean, var, metrics, losses,
+                     dt, info)
 
 
 def metrics_record(result: FitResult, data: Dataset) -> dict:

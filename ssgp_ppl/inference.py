@@ -93,6 +93,7 @@ def run_svi(
     progress: bool = True,
     desc: str = "svi",
     callback: Callable[[int, dict], None] | None = None,
+    init_params: dict | None = None,
 ) -> SVIResult:
     """Maximise the ELBO of ``model`` under ``guide`` with Adam; ``steps`` is an upper bound.
 
@@ -106,7 +107,8 @@ def run_svi(
     by less than two standard errors of that difference (a stochastic ELBO never settles below its
     own Monte Carlo noise; the noise is estimated from step-to-step differences, which removes the
     trend and is ~0 for a deterministic loss). A NaN loss stops the run with an error naming the
-    step and the last finite loss. ``callback(steps_done, params)`` runs on the host after each
+    step and the last finite loss. ``init_params`` (constrained values) warm-starts the guide.
+    ``callback(steps_done, params)`` runs on the host after each
     chunk (e.g. to score test predictions along the way). No early stop before ``min_steps``
     (ELBOs of this model can sit on a plateau for thousands of steps before dropping again).
     """
@@ -120,7 +122,7 @@ def run_svi(
               Trace_ELBO(num_particles=num_particles))
     key_init, key_batch = jax.random.split(jax.random.PRNGKey(seed))
     xb, yb, kw = draw(key_batch, x, y, aux)
-    state = svi.init(key_init, xb, yb, **kw)
+    state = svi.init(key_init, xb, yb, init_params=init_params, **kw)
 
     def run_chunk(state, key, x, y, aux, length):  # data are arguments, never baked-in constants
         def body(carry, _):
