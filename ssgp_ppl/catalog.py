@@ -113,7 +113,7 @@ SCHEMA: dict = {
             "k": Field(int, 60, "neighbours per test point (seed 004 §6)", low=5),
             "adapt": Field(bool, True, "refit on the λ-weighted neighbourhood (eq. 16); false: "
                            "predict from the Euclidean fit M1"),
-            "batch": Field(int, 32, "test points fitted at once (vmap)", low=1),
+            "batch": Field(int, 1, "test points fitted at once (vmap)", low=1),
         },
         "nuts": {
             "warmup": Field(int, 500, "warm-up iterations per chain", low=1),

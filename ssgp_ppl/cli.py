@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
 
     f = add("fit", help="fit a catalog model, write metrics.json and posterior.nc")
     data_args(f)
-    f.add_argument("--method", choices=("svi", "nuts", "ml"), help="default: the entry's own")
+    f.add_argument("--method", choices=("svi", "nuts", "ml", "ncvmp", "local"),
+                   help="default: the entry's own")
     f.add_argument("--steps", type=_positive, help="SVI/ML steps, or NUTS draws per chain")
     f.add_argument("--out", help="output directory (default runs/<model>-<data>-<method>)")
 
@@ -102,6 +103,14 @@ TABLE = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnl
          "coverage_50", "coverage_90", "fit_seconds"]
 
 
+def _objective(methods: list[str]) -> str:
+    if methods[0] == "ncvmp":
+        return "elbo (NCVMP)"
+    if methods[0] == "local":
+        return "elbo (NCVMP, per test point)"
+    return "elbo" if "svi" in methods else "marginal likelihood"
+
+
 def cmd_models(args) -> None:
     from ssgp_ppl.catalog import list_entries, load_entry
 
@@ -109,7 +118,7 @@ def cmd_models(args) -> None:
     for name in list_entries():
         e = load_entry(name)
         rows.append({"name": name, "methods": ",".join(e.methods), "guide": e.guide_name,
-                     "objective": "elbo" if "svi" in e.methods else "marginal likelihood",
+                     "objective": _objective(e.methods),
                      "description": e.description})
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))

@@ -86,3 +86,18 @@ def test_bad_input_is_one_line_exit_2(args, words, capsys):
     assert len(err.splitlines()) == 1 and err.startswith("ssgp-ppl: error:"), err
     for w in words:
         assert w in err, err
+
+
+def test_fit_tan_local_autompg_with_progress_bar(tmp_path):
+    """`ssgp-ppl fit tan_local --data autompg` (small settings): a progress bar over the local
+    fits, metrics in the paper's range, the local_fits group in posterior.nc."""
+    out = tmp_path / "run"
+    r = run("fit", "tan_local", "--data", "autompg", "--out", str(out), "--set", "k=40",
+            "--set", "restarts=2", "--set", "m=10")
+    assert r.returncode == 0, r.stderr
+    assert "tan_local:local" in r.stderr and "160/160" in r.stderr  # 80 test points × (M₁, M₂)
+    rec = json.loads((out / "metrics.json").read_text())
+    assert rec["method"] == "local" and rec["n_test"] == 80
+    assert rec["nmse"] < 0.25 and rec["mnlp"] < 2.9, rec
+    dt = xr.open_datatree(out / "posterior.nc", engine="h5netcdf")
+    assert dt["local_fits"]["mu_lambda"].shape == (1, 1, 80, 6)
