@@ -116,7 +116,10 @@ print("mean |μ_λ| of M₁ per input:", np.round(np.abs(lf["mu_lambda_euclidean
 # %%
 archive = Path("..") / "reports" / "tan"
 for path in sorted(archive.glob("*.json")):
-    doc = json.loads(path.read_text())
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError:  # a run still writing its file
+        continue
     if "records" not in doc:
         continue
     auto = [r for r in doc["records"] if r.get("experiment") == "autompg"]

@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--split", type=int, default=0, help="split index / seed (default 0)")
         q.add_argument("--subsample", type=_positive, help="rows to draw from a large data set")
         q.add_argument("--data-dir", help="data directory (default: $SSGP_PPL_DATA or ../shared/data)")
+        q.add_argument("--x-scaling", choices=("standard", "minmax"), default="standard",
+                       help="input scaling fitted on the training split: standard (zero mean, "
+                       "unit sd) or minmax (to [-1, 1], as seed 004 §7)")
+        q.add_argument("--extra-noise-inputs", type=int, default=0, metavar="N",
+                       help="append N uniform noise inputs (seed 004 §7.4, §7.6)")
         q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
         q.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a catalog key, e.g. --set m=50 --set svi.lr=0.005")
@@ -78,7 +83,8 @@ def _load_data(args):
     from ssgp_ppl.datasets import load
 
     return load(args.data, split=args.split, data_dir=args.data_dir, target=args.target,
-                subsample=args.subsample)
+                subsample=args.subsample, x_scaling=args.x_scaling,
+                extra_noise_inputs=args.extra_noise_inputs)
 
 
 def _entry(args):
