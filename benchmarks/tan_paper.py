@@ -1,5 +1,7 @@
-"""Seed 004 (Tan et al. 2016) experiments: pendulum (Fig. 2-3, §7.1), Auto-MPG (Fig. 9-10,
-§7.5-7.6) and the timing table (Table 1). Prints one JSON document; float64 as the paper's Matlab unless --float32.
+"""Seed 004 (Tan et al. 2016) experiments: pendulum, Auto-MPG and timing; prints one JSON document.
+
+Pendulum: Fig. 2-3, §7.1; Auto-MPG: Fig. 9-10, §7.5-7.6; timing: Table 1. float64 as the paper's
+Matlab unless --float32.
 
 Usage:
   python benchmarks/tan_paper.py pendulum [--ms 10 25 50 100 200] [--reps 10] [--reps-large 3]
@@ -197,12 +199,14 @@ def tables(paths) -> str:
         pairs = {}
         for r in alg:
             pairs.setdefault((r["m"], r["rep"]), {})[r["algorithm"]] = r
-        same = [p for p in pairs.values() if abs(p[1]["bound"] - p[2]["bound"]) < 1e-3 * abs(p[1]["bound"])]
+        same = [p for p in pairs.values()
+                if abs(p[1]["bound"] - p[2]["bound"]) < 1e-3 * abs(p[1]["bound"])]
         differ = [p for p in pairs.values() if p not in same]
         red = [1 - p[2]["iterations"] / p[1]["iterations"] for p in same]
         lines += ["", "### Algorithm 2 vs 1 (§7.1, Fig. 3)", "",
                   f"- runs: {len(pairs)}; same bound (relative 1e-3) in {len(same)}; of the other "
-                  f"{len(differ)}, Algorithm 2 higher in {sum(p[2]['bound'] > p[1]['bound'] for p in differ)}"
+                  f"{len(differ)}, Algorithm 2 higher in "
+                  f"{sum(p[2]['bound'] > p[1]['bound'] for p in differ)}"
                   " (" + ", ".join(f"m = {p[1]['m']}: {p[1]['bound']:.1f} vs {p[2]['bound']:.1f}"
                                    for p in differ) + ")",
                   f"- iteration reduction where the bound agrees: mean {100 * np.mean(red):.0f}%, "
@@ -214,13 +218,16 @@ def tables(paths) -> str:
                   "|---|---|---|---|---|---|---|"]
         keys = sorted({(r["noise_inputs"], r["method"], r.get("k", 0)) for r in auto})
         for noise, method, k in keys:
-            rs = [r for r in auto if (r["noise_inputs"], r["method"], r.get("k", 0)) == (noise, method, k)]
+            rs = [r for r in auto
+                  if (r["noise_inputs"], r["method"], r.get("k", 0)) == (noise, method, k)]
             init = _mean_se([r["nmse_initial"] for r in rs]) if "nmse_initial" in rs[0] else ""
             lines.append(f"| {noise} | {method} | {k or ''} | {len(rs)} | "
-                         f"{_mean_se([r['nmse'] for r in rs])} | {_mean_se([r['mnlp'] for r in rs])} | {init} |")
+                         f"{_mean_se([r['nmse'] for r in rs])} | "
+                         f"{_mean_se([r['mnlp'] for r in rs])} | {init} |")
     tim = [r for r in recs if r["experiment"] == "timing"]
     if tim:
-        lines += ["", "### Timing (Table 1 setting: n = 400, m = 20)", "", "| method | seconds |", "|---|---|"]
+        lines += ["", "### Timing (Table 1 setting: n = 400, m = 20)", "", "| method | seconds |",
+                  "|---|---|"]
         for method in dict.fromkeys(r["method"] for r in tim):
             lines.append(f"| {method} | {_mean_se([r['seconds'] for r in tim if r['method'] == method])} |")
     return "\n".join(lines) + "\n"
@@ -254,7 +261,8 @@ def main() -> None:
         return
     t0 = time.perf_counter()
     doc = {"pendulum": pendulum, "autompg": autompg, "timing": timing}[args.cmd](args)
-    doc.update(command=" ".join(sys.argv), x64=bool(jax.config.read("jax_enable_x64")), machine=f"{platform.machine()} {os.cpu_count()} cpu",
+    doc.update(command=" ".join(sys.argv), x64=bool(jax.config.read("jax_enable_x64")),
+               machine=f"{platform.machine()} {os.cpu_count()} cpu",
                seconds=time.perf_counter() - t0)
     print(json.dumps(doc, indent=1))
 

@@ -26,7 +26,6 @@ import json
 import os
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
@@ -108,7 +107,8 @@ sub = data._replace(x_test=data.x_test[:12], y_test=data.y_test[:12]) if SMALL e
 res_local = fit(local, sub, "local", progress=False)
 print("local VA", {k: round(v, 3) for k, v in res_local.metrics.items()})
 lf = res_local.datatree["local_fits"]
-print("mean |μ_λ| of M₁ per input:", np.round(np.abs(lf["mu_lambda_euclidean"]).mean(("chain", "draw", "test")).values, 2))
+mean_abs = np.abs(lf["mu_lambda_euclidean"]).mean(("chain", "draw", "test")).values
+print("mean |μ_λ| of M₁ per input:", np.round(mean_abs, 2))
 
 # %% [markdown]
 # ## Archived runs (`benchmarks/tan_paper.py`, `reports/tan/`)

@@ -465,8 +465,11 @@ def _iterate(x, y, points, state, bound, prior, settings: NCVMPSettings, max_ite
     return jax.lax.while_loop(cond, body, init)
 
 
+DEFAULT_SETTINGS = NCVMPSettings()
+
+
 @partial(jax.jit, static_argnames=("settings",))
-def fit_ncvmp(x, y, point_sets, prior: TanPrior, settings: NCVMPSettings = NCVMPSettings(),
+def fit_ncvmp(x, y, point_sets, prior: TanPrior, settings: NCVMPSettings = DEFAULT_SETTINGS,
               init: NCVMPState | None = None):
     """Fit q by Algorithm 2 (or 1) with §7's start: each of the spectral sets ``point_sets``
     (R, m, d) is run for ``restart_iters`` iterations, the best bound continues to convergence.
