@@ -19,7 +19,7 @@
 # closed-form expectations of App. A) and SVI with the `gaussian_lambda` guide. Local fits on
 # adaptive neighbourhoods (§6) follow.
 #
-# `SSGP_PPL_SMALL=1` (the test suite) uses m = 10, few restarts and 12 test points for §6.
+# `SSGP_PPL_SMALL=1` (the test suite) uses m = 10, few restarts and 6 test points for §6.
 
 # %%
 import json
@@ -74,10 +74,10 @@ for alg, r in runs.items():
 
 # %%
 res_va = fit(va, data, "ncvmp", progress=False)
-svi_budget = ["svi.steps=1500", "svi.min_steps=0", f"m={m}"] if SMALL else [f"m={m}"]
+svi_budget = ["svi.steps=800", "svi.min_steps=0", f"m={m}"] if SMALL else [f"m={m}"]
 res_svi = fit(load_entry("tan_va_svi").with_overrides(svi_budget), data, "svi", progress=False,
               spectral_points=res_va.info["spectral_points"])
-nuts_budget = ["nuts.warmup=150", "nuts.samples=100", "nuts.chains=2"] if SMALL else []
+nuts_budget = ["nuts.warmup=100", "nuts.samples=50", "nuts.chains=2"] if SMALL else []
 res_nuts = fit(va.with_overrides(nuts_budget), data, "nuts", progress=False,
                spectral_points=res_va.info["spectral_points"])
 for name, r in (("VA (NCVMP)", res_va), ("VA (SVI)", res_svi), ("NUTS", res_nuts)):
@@ -103,7 +103,7 @@ plt.tight_layout()
 # %%
 local = load_entry("tan_local").with_overrides([f"m={m}"] + (["restarts=2", "k=40"] if SMALL
                                                             else []))
-sub = data._replace(x_test=data.x_test[:12], y_test=data.y_test[:12]) if SMALL else data
+sub = data._replace(x_test=data.x_test[:6], y_test=data.y_test[:6]) if SMALL else data
 res_local = fit(local, sub, "local", progress=False)
 print("local VA", {k: round(v, 3) for k, v in res_local.metrics.items()})
 lf = res_local.datatree["local_fits"]

@@ -31,9 +31,9 @@ def test_entry_fits_on_pendulum(name, pendulum):
     entry = load_entry(name)
     method = entry.methods[0]
     data = pendulum
-    if method == "local":  # one local fit per test point: 40 of them, two spectral sets each
+    if method == "local":  # one local fit per test point: 16 of them, two spectral sets each
         entry = entry.with_overrides(["restarts=2"])
-        data = pendulum._replace(x_test=pendulum.x_test[:40], y_test=pendulum.y_test[:40])
+        data = pendulum._replace(x_test=pendulum.x_test[:16], y_test=pendulum.y_test[:16])
     res = fit(entry, data, method, seed=0, progress=False)
     assert np.all(np.isfinite(res.mean)) and np.all(res.var > 0)
     assert res.metrics["nmse"] < 0.9, res.metrics
