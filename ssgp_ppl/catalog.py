@@ -22,6 +22,7 @@ from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import PSI, known_guides, make_guide
 from ssgp_ppl.model import PRIORS, ROLES, RULES, Hyper, SSGPSpec, ssgp_model
+from ssgp_ppl.ncvmp import tan_prior
 from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
 
 METHODS = ("ml", "svi", "nuts", "ncvmp", "local")
@@ -337,9 +338,12 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
     if cfg["partitions"]["per_step"] and mc["nuisance"] != "sampled":
         raise SSGPError(f"{src}: partitions.per_step: partition sampling needs model.nuisance = "
                         "'sampled' (the marginal likelihood does not factorise)")
-    if any(m in TAN_METHODS for m in methods):
-        _check_tan_model(mc, src)
     entry = CatalogEntry(name, path, cfg)
+    if any(m in TAN_METHODS for m in methods):
+        try:
+            tan_prior(entry.spec(1))
+        except SSGPError as e:
+            raise SSGPError(f"{src}: {e}") from None
     if "nuts" in methods and not entry.latent_sites:
         raise SSGPError(f"{src}: inference.methods: 'nuts' needs latent sites; this model has none")
     if "nuts" in methods and entry.learned_sites and methods[0] == "nuts":
@@ -351,21 +355,6 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
         raise SSGPError(f"{src}: inference.methods: 'svi' needs latent sites; this model has "
                         "none (use 'ml')")
     return entry
-
-
-def _check_tan_model(mc: dict, src: str) -> None:
-    """ncvmp / local fit seed 004's model only: say which key is off."""
-    want = {"parameterization": "scaled", "spectral_density": "se", "nuisance": "sampled"}
-    for key, value in want.items():
-        if mc[key] != value:
-            raise SSGPError(f"{src}: model.{key}: methods ncvmp/local (seed 004) need {value!r}")
-    for key, dist in (("inverse_lengthscales", "normal"), ("signal", "half_cauchy"),
-                      ("noise", "half_cauchy")):
-        if mc[key]["role"] != "prior" or mc[key]["dist"] != dist:
-            raise SSGPError(f"{src}: model.{key}: methods ncvmp/local (seed 004) need role = "
-                            f"'prior', dist = '{dist}'")
-    if mc["m"] < 2:
-        raise SSGPError(f"{src}: model.m: methods ncvmp/local need m >= 2")
 
 
 def load_entry(name_or_path: str | Path) -> CatalogEntry:

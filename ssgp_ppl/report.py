@@ -134,11 +134,13 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     type2 = None
     # built once, shared by every method
     partitions = entry.partitions(data.x_train, seed=seed) if entry.uses_partitions else None
+    spectral_points = None  # the set an ncvmp entry's restarts kept: SVI/NUTS reuse it
     for method in methods_to_run(entry, data.n_train):
         res = fit(entry, data, method, seed=seed, progress=progress, type2=type2,
-                  partitions=partitions)
+                  partitions=partitions, spectral_points=spectral_points)
         if method == entry.methods[0] and method != "nuts":
             type2 = res.info.get("type2")
+            spectral_points = res.info.get("spectral_points")
         rec = metrics_record(res, data)
         if method == "nuts":
             rec["nuts"] = nuts_diagnostics(res)
