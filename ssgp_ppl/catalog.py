@@ -72,6 +72,11 @@ SCHEMA: dict = {
         "lengthscales": _hyper_schema(1.0, "lognormal"),
         "inverse_lengthscales": _hyper_schema(1.0, "normal", 3.1622776601683795),
     },
+    "data": {
+        "x_scaling": Field(str, "standard", "input scaling fitted on the training split: standard "
+                           "(zero mean, unit sd) | minmax (to [-1, 1], seed 004 §7)",
+                           choices=("standard", "minmax")),
+    },
     "inference": {
         "methods": Field(list, ["svi"], "methods this entry fits; the first is its own",
                          choices=METHODS),

@@ -45,9 +45,10 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--split", type=int, default=0, help="split index / seed (default 0)")
         q.add_argument("--subsample", type=_positive, help="rows to draw from a large data set")
         q.add_argument("--data-dir", help="data directory (default: $SSGP_PPL_DATA or ../shared/data)")
-        q.add_argument("--x-scaling", choices=("standard", "minmax"), default="standard",
+        q.add_argument("--x-scaling", choices=("standard", "minmax"),
                        help="input scaling fitted on the training split: standard (zero mean, "
-                       "unit sd) or minmax (to [-1, 1], as seed 004 §7)")
+                       "unit sd) or minmax (to [-1, 1], as seed 004 §7); default: the entry's "
+                       "[data] x_scaling")
         q.add_argument("--extra-noise-inputs", type=int, default=0, metavar="N",
                        help="append N uniform noise inputs (seed 004 §7.4, §7.6)")
         q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -79,11 +80,12 @@ def _setup_jax(x64: bool) -> None:
         jax.config.update("jax_enable_x64", True)
 
 
-def _load_data(args):
+def _load_data(args, entry):
     from ssgp_ppl.datasets import load
 
     return load(args.data, split=args.split, data_dir=args.data_dir, target=args.target,
-                subsample=args.subsample, x_scaling=args.x_scaling,
+                subsample=args.subsample,
+                x_scaling=args.x_scaling or entry.config["data"]["x_scaling"],
                 extra_noise_inputs=args.extra_noise_inputs)
 
 
@@ -137,7 +139,7 @@ def cmd_fit(args) -> None:
     from ssgp_ppl.io import write_datatree, write_json
 
     entry = _entry(args)
-    data = _load_data(args)
+    data = _load_data(args, entry)
     method = args.method or entry.methods[0]
     out = Path(args.out or f"runs/{entry.name}-{data.name}-{method}")
     out.mkdir(parents=True, exist_ok=True)
@@ -153,7 +155,7 @@ def cmd_compare(args) -> None:
     from ssgp_ppl.report import compare
 
     entry = _entry(args)
-    data = _load_data(args)
+    data = _load_data(args, entry)
     out = Path(args.out or f"reports/{entry.name}-{data.name}")
     records = compare(entry, data, out, seed=args.seed, progress=not args.no_progress)
     _print_table(records, TABLE)

@@ -25,15 +25,16 @@ import xarray as xr
 from arviz_base import from_dict, from_numpyro
 from numpyro import handlers
 from numpyro.infer import autoguide, init_to_value
+from numpyro.infer.util import log_density
 
-from ssgp_ppl import ncvmp, spectral
+from ssgp_ppl import invariants, ncvmp, spectral
 from ssgp_ppl.catalog import METHODS, TAN_METHODS, CatalogEntry
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import initial_values, nuts_init
 from ssgp_ppl.inference import (
     empty_guide,
-    guide_draws,
+    guide_draws_with_density,
     reparam_for_nuts,
     run_nuts,
     run_svi,
@@ -83,21 +84,80 @@ def _by_chain(tree: dict, chains: int) -> dict:
 LOGLIK_MAX_VALUES = 20_000_000  # draws × rows kept in the log_likelihood group
 
 
-def _pointwise_loglik(sites: dict, x, y) -> np.ndarray | None:
-    """log N(y_i | φ(x_i)ᵀs, σ_n²) per draw (S, n); None when s was integrated out or when the
-    group would exceed LOGLIK_MAX_VALUES (AIRLINE-sized data: LOO is not the tool there)."""
+def _train_draws(sites: dict, x, y, seed: int):
+    """Per draw: log N(y_i | φ(x_i)ᵀs, σ_n²) and a replicate y_rep_i ~ N(φ(x_i)ᵀs, σ_n²), (S, n)
+    each (the log_likelihood and posterior_predictive groups). (None, None) when s was integrated
+    out (the likelihood does not factorise over rows) or when S × n exceeds LOGLIK_MAX_VALUES
+    (AIRLINE-sized data: LOO is not the tool there)."""
     if "nuisance" not in sites or sites["noise"].shape[0] * x.shape[0] > LOGLIK_MAX_VALUES:
-        return None
+        return None, None
 
     @jax.jit
-    def run(freq, s, noise, x, y):
+    def run(freq, s, noise, keys, x, y):
         def one(args):
-            fr, sv, nz = args
-            return jax.scipy.stats.norm.logpdf(y, spectral.features(x, fr) @ sv, nz)
+            fr, sv, nz, k = args
+            f = spectral.features(x, fr) @ sv
+            return (jax.scipy.stats.norm.logpdf(y, f, nz),
+                    f + nz * jax.random.normal(k, f.shape, f.dtype))
 
-        return jax.lax.map(one, (freq, s, noise))
+        return jax.lax.map(one, (freq, s, noise, keys))
 
-    return np.asarray(run(sites["frequencies"], sites["nuisance"], sites["noise"], x, y))
+    keys = jax.random.split(jax.random.PRNGKey(seed), sites["noise"].shape[0])
+    loglik, y_rep = run(sites["frequencies"], sites["nuisance"], sites["noise"], keys, x, y)
+    return np.asarray(loglik), np.asarray(y_rep)
+
+
+def _test_draws(mean_f, var_y, data: Dataset, seed: int, num: int = 1):
+    """y* draws (original units) and the PIT of each test target under the predictive mixture.
+
+    mean_f, var_y (S, n_test), standardised: the predictive of y* is the equal-weight mixture of
+    N(mean_f[s], var_y[s]); its PIT at y_i is mean_s Φ((y_i − mean_f[s, i]) / sd[s, i]) (exact).
+    One y* draw per component, or ``num`` draws when S = 1 (a closed-form Gaussian predictive).
+    """
+    from scipy.special import ndtr
+
+    mean_f = np.asarray(mean_f, np.float64)
+    sd = np.sqrt(np.asarray(var_y, np.float64))
+    y_test = np.asarray(data.y_test, np.float64)
+    pit = ndtr((y_test - mean_f) / sd).mean(axis=0)
+    rng = np.random.default_rng(seed + 2)
+    reps = num if mean_f.shape[0] == 1 else 1
+    y_pred = np.repeat(mean_f, reps, 0) + np.repeat(sd, reps, 0) * rng.standard_normal(
+        (mean_f.shape[0] * reps, mean_f.shape[1]))
+    return np.asarray(data.y_scaler.inverse(y_pred)), pit
+
+
+def _assemble(*, sites: dict | None, chains: int, data: Dataset, mean_f, var_f,
+              test_pit, y_pred, loglik=None, y_rep=None, log_p=None, log_q=None,
+              extra: dict | None = None, seed: int = 0) -> xr.DataTree:
+    """The fit's DataTree: posterior (model sites, standardised units), invariants (original
+    units, :mod:`ssgp_ppl.invariants`), log_likelihood and posterior_predictive (training rows),
+    sample_stats (lp = log p, log_q for VI draws), observed_data, predictions (test: per-draw f*
+    moments, y* draws, PIT of each test target), predictions_constant_data (x*, y*)."""
+    scale = float(np.asarray(data.y_scaler.scale))
+    shift = float(np.asarray(data.y_scaler.inverse(np.zeros(()))))
+    groups: dict = {
+        "observed_data": {"y": np.asarray(data.y_train)},
+        "predictions": _by_chain({"f_mean": mean_f, "f_var": var_f, "y_pred": y_pred}, chains),
+        "predictions_constant_data": {"x_test": np.asarray(data.x_test),
+                                      "y_test": np.asarray(data.y_scaler.inverse(data.y_test)),
+                                      "pit": np.asarray(test_pit)},
+        **(extra or {}),
+    }
+    if sites is not None:
+        groups["posterior"] = _by_chain(sites, chains)
+    if loglik is not None:
+        groups["log_likelihood"] = {"y": loglik.reshape(chains, -1, loglik.shape[-1])}
+        groups["posterior_predictive"] = {"y": y_rep.reshape(chains, -1, y_rep.shape[-1])}
+    if log_p is not None:
+        groups["sample_stats"] = _by_chain({"lp": log_p, "log_q": log_q}, chains)
+    dt = from_dict(groups, dims=DIMS, pred_dims=DIMS)
+    if sites is not None and "frequencies" in sites:
+        inv = invariants.invariant_draws(sites["frequencies"], sites["signal"], sites["noise"],
+                                         mean_f, var_f, y_scale=scale, y_shift=shift, seed=seed)
+        dt["invariants"] = xr.DataTree(invariants.as_dataset(inv, chains))
+    dt.attrs.update(y_scale=scale, y_shift=shift)
+    return dt
 
 
 def predict(sites: dict, data: Dataset, rule: str, *, gamma: float = 0.0,
@@ -159,7 +219,7 @@ def fit(
     if partitions is None and entry.uses_partitions:
         partitions = entry.partitions(data.x_train, seed=seed)
     info: dict = {"partitions": None if partitions is None else partitions.count}
-    losses = None
+    losses = log_p = log_q = None
     t0 = time.perf_counter()
     desc = f"{entry.name}:{method}"
     if method == "nuts":
@@ -213,8 +273,14 @@ def fit(
                     params={k: np.asarray(v) for k, v in params.items()},
                     type2={k: np.asarray(params[k]) for k in spec.learned_sites()})
         n = 1 if guide is empty_guide or method == "ml" else entry.config["predictive"]["samples"]
-        draws = {} if guide is empty_guide else guide_draws(guide, params, x, y, num_samples=n,
-                                                            seed=seed + 1)
+        if guide is empty_guide:
+            draws = {}
+        else:  # densities for PSIS-LOO where a pointwise log-likelihood will exist
+            dens = method == "svi" and spec.nuisance == "sampled" and \
+                n * data.n_train <= LOGLIK_MAX_VALUES
+            draws, log_p, log_q = guide_draws_with_density(model, guide, params, x, y,
+                                                           num_samples=n, seed=seed + 1,
+                                                           densities=dens)
     sites = site_values(model, params, draws, x[:1])  # site values do not depend on n
     jax.block_until_ready(sites)
     fit_seconds = time.perf_counter() - t0
@@ -227,27 +293,18 @@ def fit(
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
     metrics = regression_metrics(y_test, mean, var)
 
-    key = jax.random.PRNGKey(seed + 2)
-    y_pred = mean_f + jnp.sqrt(var_y) * jax.random.normal(key, mean_f.shape, mean_f.dtype)
-    y_pred = data.y_scaler.inverse(np.asarray(y_pred))
+    y_pred, pit = _test_draws(mean_f, var_y, data, seed)
+    loglik, y_rep = _train_draws(sites, x, y, seed + 3)
     sites_np = _by_chain(sites, chains)
-    groups = {
-        "posterior": sites_np,
-        "observed_data": {"y": np.asarray(data.y_train)},
-        "predictions": _by_chain({"f_mean": mean_f, "f_var": var_f, "y_pred": y_pred}, chains),
-    }
     if method == "nuts":
-        # pointwise only when s is sampled (the marginalised likelihood is one joint value)
-        pointwise = spec.nuisance == "sampled" and \
-            chains * cfg["samples"] * data.n_train <= LOGLIK_MAX_VALUES
-        dt = from_numpyro(mcmc, log_likelihood=pointwise, dims=DIMS)
-        dt["predictions"] = from_dict({"predictions": groups["predictions"]},
-                                      pred_dims=DIMS)["predictions"].to_dataset()
-    else:
-        loglik = _pointwise_loglik(sites, x, y)
-        if loglik is not None:
-            groups["log_likelihood"] = {"y": loglik.reshape(chains, -1, loglik.shape[-1])}
-        dt = from_dict(groups, dims=DIMS, pred_dims=DIMS)
+        dt_nuts = from_numpyro(mcmc, dims=DIMS, log_likelihood=False)
+        log_p = -np.asarray(mcmc.get_extra_fields()["potential_energy"])
+    dt = _assemble(sites={k: np.asarray(v) for k, v in sites.items()}, chains=chains, data=data,
+                   mean_f=mean_f, var_f=var_f, test_pit=pit, y_pred=y_pred,
+                   loglik=loglik, y_rep=y_rep, log_p=log_p if method != "nuts" else None,
+                   log_q=log_q, seed=seed)
+    if method == "nuts":  # NUTS's own sample stats (energy, divergences, lp) for BFMI etc.
+        dt["sample_stats"] = dt_nuts["sample_stats"]
     dt.attrs.update(model=entry.name, method=method, dataset=data.name)
     info.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds)
     return FitResult(entry.name, method, data.name, sites_np, mean, var, metrics, losses, dt, info)
@@ -293,15 +350,25 @@ def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, step
         t1 = time.perf_counter()
         mean_s, var_s = ncvmp.predictive(res.state, res.points, x_test, n, prior)
         mean_s = mean_s + ybar
-        noise2 = ncvmp.noise_moments(res.state, n, prior)[0]
-        draws = ncvmp.sample_q(jax.random.PRNGKey(seed + 1), res.state, n, spec.m, prior,
-                               entry.config["predictive"]["samples"])
+        num = entry.config["predictive"]["samples"]
+        draws = ncvmp.sample_q(jax.random.PRNGKey(seed + 1), res.state, n, spec.m, prior, num)
+        model = entry.model(dataclasses.replace(spec, spectral_points=res.points))
+        sites = site_values(model, {}, draws, x[:1])  # adds the deterministic frequencies
         bounds = np.asarray(res.bounds)
         losses = -bounds[np.isfinite(bounds)]
         info.update(bound=float(res.bound), iterations=int(res.iterations),
                     converged=bool(res.converged), spectral_points=np.asarray(res.points),
                     steps=int(res.iterations))
-        posterior = {k: np.asarray(v)[None] for k, v in draws.items()}
+        # per-draw f* of q (invariants), the closed form for metrics and PIT; densities for LOO
+        mean_f = predict_draws("degenerate", sites, x, y, x_test)[0] + ybar
+        var_f = jnp.zeros_like(mean_f)
+        yc = y - ybar
+        log_p = jax.jit(lambda v: jax.lax.map(lambda d: log_density(model, (x, yc), {}, d)[0], v))(
+            {k: sites[k] for k in draws}) if num * n <= LOGLIK_MAX_VALUES else None
+        log_q = ncvmp.log_q(draws, res.state, n, spec.m, prior)
+        loglik, y_rep = _train_draws(sites, x, yc, seed + 3)
+        if y_rep is not None:
+            y_rep = y_rep + float(ybar)
         extra = {}
     else:
         lc = entry.settings("local")
@@ -313,10 +380,9 @@ def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, step
         fit_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         mean_s, var_s = jnp.asarray(out.mean), jnp.asarray(out.var)
-        noise2 = jnp.zeros(())
         losses = None
+        sites = mean_f = var_f = loglik = y_rep = log_p = log_q = None
         info.update(k=lc["k"], adapt=lc["adapt"], iterations=float(np.mean(out.iterations)))
-        posterior = None
         extra = {"local_fits": {"mu_lambda_euclidean": out.mu_lambda_euclidean[None, None],
                                 "mu_lambda": out.mu_lambda[None, None],
                                 "bound": out.bound[None, None],
@@ -327,22 +393,18 @@ def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, step
     var = np.asarray(var_s, np.float64) * scale**2
     predict_seconds = time.perf_counter() - t1
     metrics = regression_metrics(np.asarray(data.y_scaler.inverse(data.y_test)), mean, var)
-    var_f = jnp.maximum(var_s - noise2, 0.0)
-    y_pred = mean_s + jnp.sqrt(var_s) * jax.random.normal(jax.random.PRNGKey(seed + 2),
-                                                          mean_s.shape, mean_s.dtype)
-    groups = {
-        "observed_data": {"y": np.asarray(data.y_train)},
-        "predictions": {"f_mean": np.asarray(mean_s)[None, None], "f_var": np.asarray(var_f)[None, None],
-                        "y_pred": np.asarray(data.y_scaler.inverse(np.asarray(y_pred)))[None, None]},
-        **extra,
-    }
-    if posterior is not None:
-        groups["posterior"] = posterior
-    dt = from_dict(groups, dims=DIMS, pred_dims=DIMS)
+    mean_s, var_s = np.asarray(mean_s)[None], np.asarray(var_s)[None]
+    y_pred, pit = _test_draws(mean_s, var_s, data, seed, num=entry.config["predictive"]["samples"])
+    if sites is None:  # local fits: one closed-form predictive per test point, no global posterior
+        mean_f, var_f = mean_s, var_s
+    sites_np = None if sites is None else {k: np.asarray(v) for k, v in sites.items()}
+    dt = _assemble(sites=sites_np, chains=1, data=data, mean_f=mean_f, var_f=var_f,
+                   test_pit=pit, y_pred=y_pred, loglik=loglik, y_rep=y_rep, log_p=log_p,
+                   log_q=log_q, extra=extra, seed=seed)
     dt.attrs.update(model=entry.name, method=method, dataset=data.name)
     info.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds)
-    return FitResult(entry.name, method, data.name, posterior or {}, mean, var, metrics, losses,
-                     dt, info)
+    return FitResult(entry.name, method, data.name, _by_chain(sites_np or {}, 1), mean, var,
+                     metrics, losses, dt, info)
 
 
 def metrics_record(result: FitResult, data: Dataset) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -13,8 +14,21 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _finite(obj):
+    """NaN and ±inf -> None (strict JSON has no such numbers; None reads as "not defined")."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def write_json(path: Path, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    """Strict JSON (non-finite floats written as null), atomically."""
+    write_text_atomic(path, json.dumps(_finite(obj), indent=2, ensure_ascii=False,
+                                       allow_nan=False) + "\n")
 
 
 def write_datatree(path: Path, dt) -> None:

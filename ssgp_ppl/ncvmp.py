@@ -549,6 +549,36 @@ def sample_q(key, state: NCVMPState, n: int, m: int, prior: TanPrior, num: int) 
             "noise": noise}
 
 
+def log_q_scale(sigma, p, c, a2):
+    """log density of σ = 1/x where x ∝ x^p exp(−c x²) / (a2 + x⁻²) (q(σ), q(γ) of seed 004):
+    p log x − c x² − log(a2 + σ²) − log H(p, c, a2) + 2 log x at x = 1/σ (Jacobian x²)."""
+    x = 1.0 / sigma
+    return (p + 2.0) * jnp.log(x) - c * x**2 - jnp.log(a2 + sigma**2) - log_h(p, c, a2)
+
+
+def log_q(draws: dict, state: NCVMPState, n: int, m: int, prior: TanPrior):
+    """log q(α)q(λ)q(σ)q(γ) at draws of :func:`sample_q` (S,), densities in the model's sites.
+
+    q(σ) is the density of σ = 1/x with x ∝ x^p exp(−C x²) / (A² + x⁻²), p = 2m − 2 (n − 2 for γ):
+    log q(σ) = p log x − C x² − log(A² + x⁻²) − log H(p, C, A²) + 2 log x at x = 1/σ.
+    The order of α's coordinates does not change its Gaussian density.
+    """
+    from jax.scipy.stats import multivariate_normal as mvn
+
+    alpha = from_nuisance(draws["nuisance"])
+    return (mvn.logpdf(draws["inverse_lengthscales"], state.mu_lambda, state.sigma_lambda)
+            + mvn.logpdf(alpha, state.mu_alpha, state.sigma_alpha)
+            + log_q_scale(draws["signal"], 2 * m - 2, state.c_signal, prior.a_signal**2)
+            + log_q_scale(draws["noise"], n - 2, state.c_noise, prior.a_noise**2))
+
+
+def from_nuisance(nuisance):
+    """The model's interleaved order → seed 004's block order (inverse of :func:`to_nuisance`)."""
+    m = nuisance.shape[-1] // 2
+    pairs = nuisance.reshape(nuisance.shape[:-1] + (m, 2))
+    return jnp.concatenate([pairs[..., 0], pairs[..., 1]], axis=-1)
+
+
 def check_data(x, y, m: int):
     """Seed 004's q(γ) needs n ≥ 5 (E_q γ² uses H(n − 4, ·)); say so in one line otherwise."""
     n = np.shape(x)[0]

@@ -34,7 +34,17 @@ def test_svi_datatree_groups_and_netcdf_roundtrip(pendulum, tmp_path):
     entry = load_entry("ssgp_svi").with_overrides(["svi.steps=300", "svi.min_steps=0", "samples=20"])
     res = fit(entry, pendulum, "svi", seed=0, progress=False)
     dt = res.datatree
-    assert {"posterior", "observed_data", "predictions", "log_likelihood"} <= set(dt.children)
+    assert {"posterior", "observed_data", "predictions", "log_likelihood", "posterior_predictive",
+            "sample_stats", "invariants", "predictions_constant_data"} <= set(dt.children)
+    assert dt["invariants"]["kernel"].dims == ("chain", "draw", "input", "lag")
+    assert dt["invariants"]["f_test"].shape == (1, 20, pendulum.n_test)
+    assert dt["posterior_predictive"]["y"].shape == (1, 20, 315)
+    assert set(dt["sample_stats"].data_vars) == {"lp", "log_q"}
+    # the stored PIT is the mixture CDF of the stored per-draw predictives at the test targets
+    from scipy.special import ndtr
+    sd = np.sqrt(dt["predictions"]["f_var"].values[0] + post["noise"].values[0][:, None] ** 2)
+    pit = ndtr((pendulum.y_test - dt["predictions"]["f_mean"].values[0]) / sd).mean(0)
+    np.testing.assert_allclose(dt["predictions_constant_data"]["pit"].values, pit, atol=1e-5)
     post = dt["posterior"]
     assert post["frequencies"].dims == ("chain", "draw", "frequency", "input")
     assert post["frequencies"].shape == (1, 20, 10, 9)
@@ -48,6 +58,8 @@ def test_svi_datatree_groups_and_netcdf_roundtrip(pendulum, tmp_path):
     dt.to_netcdf(path, engine="h5netcdf")
     back = xr.open_datatree(path, engine="h5netcdf")
     np.testing.assert_array_equal(back["posterior"]["noise"].values, post["noise"].values)
+    for group in dt.children:
+        xr.testing.assert_allclose(back[group].to_dataset(), dt[group].to_dataset())
     assert back.attrs["model"] == "ssgp_svi" and back.attrs["method"] == "svi"
 
 

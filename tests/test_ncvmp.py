@@ -336,3 +336,43 @@ def test_float32_fit_reaches_the_float64_bound(autompg_fits):
                           ncvmp.NCVMPSettings(restarts=1))
     assert float(res.bound) == pytest.approx(float(fits[2].bound), abs=0.1)
     assert bool(res.converged)
+
+
+@pytest.mark.parametrize("p, c, a2", [(6, 3.0, 625.0), (300, 150.0, 625.0), (18, 40.0, 1.0)])
+def test_log_q_scale_is_the_density_of_the_sampled_scale(x64, p, c, a2):
+    """q(σ) of seed 004 integrates to 1 and has the mean of σ = 1/x drawn by the sampler."""
+    mode = math.sqrt(2 * c / p)
+
+    def dens(s, k=0):
+        return s**k * math.exp(float(ncvmp.log_q_scale(s, p, c, a2)))
+
+    def integral(k):
+        return (integrate.quad(dens, 0, 10 * mode, args=(k,), points=[mode], limit=200)[0]
+                + integrate.quad(dens, 10 * mode, np.inf, args=(k,), limit=200)[0])
+
+    assert integral(0) == pytest.approx(1.0, abs=1e-6)
+    sigma = 1.0 / np.asarray(ncvmp.sample_inverse_scale(jax.random.PRNGKey(0), p, c, a2, (100_000,)))
+    assert sigma.mean() == pytest.approx(integral(1), abs=4 * sigma.std() / math.sqrt(sigma.size))
+
+
+def test_log_q_evaluates_alpha_in_block_order(x64):
+    """log q of sample_q's draws = the Gaussian densities of λ and α (block order, seed 004) plus
+    the two scale densities; α's mean is not symmetric, so a wrong reordering shows."""
+    from scipy import stats
+
+    m, d, n = 3, 2, 40
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(2 * m, 2 * m))
+    state = ncvmp.NCVMPState(jnp.array([0.3, -1.0]), jnp.array([[0.2, 0.05], [0.05, 0.1]]),
+                             jnp.arange(2 * m, dtype=float), jnp.asarray(a @ a.T / m + np.eye(2 * m)),
+                             jnp.asarray(5.0), jnp.asarray(30.0))
+    prior = ncvmp.TanPrior(jnp.zeros(d), jnp.eye(d), 25.0, 25.0)
+    draws = ncvmp.sample_q(jax.random.PRNGKey(0), state, n, m, prior, 7)
+    alpha = np.asarray(ncvmp.from_nuisance(draws["nuisance"]))
+    np.testing.assert_allclose(np.asarray(ncvmp.to_nuisance(jnp.asarray(alpha))), draws["nuisance"])
+    want = (stats.multivariate_normal(state.mu_lambda, state.sigma_lambda).logpdf(
+        draws["inverse_lengthscales"])
+        + stats.multivariate_normal(state.mu_alpha, state.sigma_alpha).logpdf(alpha)
+        + np.asarray(ncvmp.log_q_scale(draws["signal"], 2 * m - 2, 5.0, 625.0))
+        + np.asarray(ncvmp.log_q_scale(draws["noise"], n - 2, 30.0, 625.0)))
+    np.testing.assert_allclose(np.asarray(ncvmp.log_q(draws, state, n, m, prior)), want, rtol=1e-10)
