@@ -7,6 +7,7 @@ import numpyro.distributions as dist
 import pytest
 import xarray as xr
 from numpyro.infer.autoguide import AutoNormal
+from scipy.special import ndtr
 
 from ssgp_ppl.catalog import load_entry
 from ssgp_ppl.datasets import load
@@ -41,8 +42,7 @@ def test_svi_datatree_groups_and_netcdf_roundtrip(pendulum, tmp_path):
     assert dt["posterior_predictive"]["y"].shape == (1, 20, 315)
     assert set(dt["sample_stats"].data_vars) == {"lp", "log_q"}
     # the stored PIT is the mixture CDF of the stored per-draw predictives at the test targets
-    from scipy.special import ndtr
-    sd = np.sqrt(dt["predictions"]["f_var"].values[0] + post["noise"].values[0][:, None] ** 2)
+    sd = np.sqrt(dt["predictions"]["f_var"].values[0] + dt["posterior"]["noise"].values[0][:, None] ** 2)
     pit = ndtr((pendulum.y_test - dt["predictions"]["f_mean"].values[0]) / sd).mean(0)
     np.testing.assert_allclose(dt["predictions_constant_data"]["pit"].values, pit, atol=1e-5)
     post = dt["posterior"]
