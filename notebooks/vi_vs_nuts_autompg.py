@@ -23,6 +23,9 @@
 # %%
 import os
 
+# four host devices so that NUTS's four chains run in parallel (set before JAX starts)
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -32,7 +35,8 @@ from ssgp_ppl.report import compare_named, summary_rows
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 ROOT = os.environ.get("SSGP_PPL_REPORTS", "../reports")
-results = {name: compare_named(name, "autompg", ROOT, small_run=SMALL)
+REUSE = os.environ.get("SSGP_PPL_REUSE") == "1"  # read existing reports instead of refitting
+results = {name: compare_named(name, "autompg", ROOT, small_run=SMALL, reuse=REUSE)
            for name in ("tan_va", "tan_va_svi", "tan_local")}
 table = pd.DataFrame([r for res in results.values() for r in summary_rows(res)])
 print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -21,10 +21,14 @@
 # lengthscale), the implied kernel at a grid of lags and the latent function at the test inputs.
 #
 # `SSGP_PPL_SMALL=1` (the test suite) runs every method briefly on 80 training and 30 test rows,
-# writing to `$SSGP_PPL_REPORTS` (a temporary folder); the full run writes `reports/<entry>-pendulum/`.
+# writing to `$SSGP_PPL_REPORTS` (a temporary folder); the full run writes `reports/<entry>-pendulum/`
+# (`SSGP_PPL_REUSE=1` reads existing reports instead of refitting).
 
 # %%
 import os
+
+# four host devices so that NUTS's four chains run in parallel (set before JAX starts)
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
 import pandas as pd
 
@@ -32,10 +36,11 @@ from ssgp_ppl.report import compare_named, summary_rows
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 ROOT = os.environ.get("SSGP_PPL_REPORTS", "../reports")
+REUSE = os.environ.get("SSGP_PPL_REUSE") == "1"  # read existing reports instead of refitting
 GUIDES = {"ssgp_svi": "auto_mvn (full-rank Gaussian)", "svbssgp": "joint_affine (sVBSSGP)",
           "vssgp": "mean_field (VSSGP)", "tan_va_svi": "gaussian_lambda (SVI)",
           "tan_va": "NCVMP (Tan et al.)"}
-results = {name: compare_named(name, "pendulum", ROOT, small_run=SMALL) for name in GUIDES}
+results = {name: compare_named(name, "pendulum", ROOT, small_run=SMALL, reuse=REUSE) for name in GUIDES}
 
 # %% [markdown]
 # ## Predictive metrics and calibration on the test set, NUTS health

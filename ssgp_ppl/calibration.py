@@ -23,8 +23,10 @@ from ssgp_ppl.invariants import varies
 
 
 def has_loo(dt: xr.DataTree) -> bool:
-    """A pointwise log-likelihood exists (s sampled) and the draws vary."""
-    return "log_likelihood" in dt.children and dt["log_likelihood"].sizes.get("draw", 0) > 1
+    """A pointwise log-likelihood exists (s sampled) over enough draws for PSIS (≥ 25: its Pareto
+    tail needs 5)."""
+    ll = dt["log_likelihood"] if "log_likelihood" in dt.children else None
+    return ll is not None and ll.sizes.get("chain", 1) * ll.sizes.get("draw", 0) >= 25
 
 
 def _is_vi(dt: xr.DataTree) -> bool:

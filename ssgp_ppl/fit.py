@@ -82,6 +82,9 @@ def _by_chain(tree: dict, chains: int) -> dict:
 
 
 LOGLIK_MAX_VALUES = 20_000_000  # draws × rows kept in the log_likelihood group
+# VI draws where PSIS-LOO is computed (its Pareto tail needs ≥ 5 of them: S ≥ 25; k̂ is noisy
+# below ~100): the predictive then averages over these draws too, not just the entry's r
+LOO_MIN_DRAWS = 100
 
 
 def _train_draws(sites: dict, x, y, seed: int):
@@ -277,7 +280,8 @@ def fit(
             draws = {}
         else:  # densities for PSIS-LOO where a pointwise log-likelihood will exist
             dens = method == "svi" and spec.nuisance == "sampled" and \
-                n * data.n_train <= LOGLIK_MAX_VALUES
+                max(n, LOO_MIN_DRAWS) * data.n_train <= LOGLIK_MAX_VALUES
+            n = max(n, LOO_MIN_DRAWS) if dens else n
             draws, log_p, log_q = guide_draws_with_density(model, guide, params, x, y,
                                                            num_samples=n, seed=seed + 1,
                                                            densities=dens)
@@ -351,6 +355,7 @@ def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, step
         mean_s, var_s = ncvmp.predictive(res.state, res.points, x_test, n, prior)
         mean_s = mean_s + ybar
         num = entry.config["predictive"]["samples"]
+        num = max(num, LOO_MIN_DRAWS) if num * n <= LOGLIK_MAX_VALUES else num
         draws = ncvmp.sample_q(jax.random.PRNGKey(seed + 1), res.state, n, spec.m, prior, num)
         model = entry.model(dataclasses.replace(spec, spectral_points=res.points))
         sites = site_values(model, {}, draws, x[:1])  # adds the deterministic frequencies

@@ -42,6 +42,7 @@ def small(entry: CatalogEntry, data: Dataset, n_train: int = 80, n_test: int = 3
                           x_test=data.x_test[:n_test], y_test=data.y_test[:n_test]))
 
 
+REPORT_FORMAT = 2  # comparison.json layout (1: before calibration and VI-vs-NUTS sections)
 NUTS_MAX_ROWS = 5000  # NUTS references are for small data (pendulum, Auto-MPG, subsamples)
 
 
@@ -259,8 +260,9 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
                 rec["vs_nuts"] = invariants.posterior_comparison(inv, ref_inv, seed=seed)
                 rec["vs_nuts"]["reference_converged"] = records[results.index(ref)]["nuts"][
                     "converged"]
-    write_json(out / "comparison.json", {"model": entry.name, "dataset": data.name,
-                                         "split": data.split, "seed": seed, "methods": records})
+    write_json(out / "comparison.json", {"format": REPORT_FORMAT, "model": entry.name,
+                                         "dataset": data.name, "split": data.split, "seed": seed,
+                                         "methods": records})
     write_text_atomic(out / "report.html", _html(entry, data, seed, records, results, ref_label))
     return records
 
@@ -349,7 +351,11 @@ def compare_named(name: str, dataset: str, out_root: Path | str = "reports", *,
 
     out = Path(out_root) / f"{name}-{dataset}"
     if reuse and (out / "comparison.json").exists():
-        return json.loads((out / "comparison.json").read_text())
+        saved = json.loads((out / "comparison.json").read_text())
+        trees = [out / f"posterior_{m['method']}.nc" for m in saved["methods"]]
+        # older reports lack sections; a fresh clone has the JSON but not the (ignored) trees
+        if saved.get("format") == REPORT_FORMAT and all(t.exists() for t in trees):
+            return saved
     entry = load_entry(name)
     data = load(dataset, x_scaling=entry.config["data"]["x_scaling"])
     if small_run:
