@@ -77,7 +77,8 @@ res_va = fit(va, data, "ncvmp", progress=False)
 svi_budget = ["svi.steps=800", "svi.min_steps=0", f"m={m}"] if SMALL else [f"m={m}"]
 res_svi = fit(load_entry("tan_va_svi").with_overrides(svi_budget), data, "svi", progress=False,
               spectral_points=res_va.info["spectral_points"])
-nuts_budget = ["nuts.warmup=100", "nuts.samples=50", "nuts.chains=2"] if SMALL else []
+nuts_budget = ["nuts.warmup=100", "nuts.samples=50", "nuts.chains=2",
+               "nuts.max_tree_depth=6"] if SMALL else []
 res_nuts = fit(va.with_overrides(nuts_budget), data, "nuts", progress=False,
                spectral_points=res_va.info["spectral_points"])
 for name, r in (("VA (NCVMP)", res_va), ("VA (SVI)", res_svi), ("NUTS", res_nuts)):

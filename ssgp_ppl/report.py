@@ -30,8 +30,8 @@ from ssgp_ppl.metrics import coverage_curve
 
 # settings of a quick run (notebooks and tests at SSGP_PPL_SMALL=1): every method still runs
 SMALL_SETTINGS = ("svi.steps=400", "svi.min_steps=0", "ml.steps=300", "nuts.warmup=100",
-                  "nuts.samples=100", "nuts.chains=2", "ncvmp.restarts=2", "ncvmp.max_iter=60",
-                  "local.k=25", "predictive.samples=60")
+                  "nuts.samples=100", "nuts.chains=2", "nuts.max_tree_depth=6",
+                  "ncvmp.restarts=2", "ncvmp.max_iter=60", "local.k=25", "predictive.samples=60")
 
 
 def small(entry: CatalogEntry, data: Dataset, n_train: int = 80, n_test: int = 30):

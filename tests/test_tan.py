@@ -107,7 +107,9 @@ def test_ncvmp_fit_result_and_datatree(autompg):
     assert res.info["converged"] and res.info["iterations"] > 0
     assert res.metrics["nmse"] < 0.2 and res.metrics["mnlp"] < 2.8, res.metrics  # paper: ~0.13/2.5
     post = res.datatree["posterior"]
-    assert set(post.data_vars) == {"inverse_lengthscales", "nuisance", "signal", "noise"}
+    # q's draws as the model's sites, its deterministic frequencies included
+    assert set(post.data_vars) == {"inverse_lengthscales", "nuisance", "signal", "noise",
+                                   "frequencies"}
     assert post.sizes["draw"] == e.config["predictive"]["samples"]
     # the restart that won is among the §7 candidates and is what NUTS/SVI would use
     cands = np.asarray(fit.spectral_candidates(e, e.spec(autompg.n_features), 3))
