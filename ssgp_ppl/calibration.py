@@ -33,31 +33,52 @@ def _is_vi(dt: xr.DataTree) -> bool:
     return "sample_stats" in dt.children and "log_q" in dt["sample_stats"].data_vars
 
 
+def _relative_ess(dt: xr.DataTree) -> float:
+    """r_eff for PSIS of MCMC draws: bulk ESS of the log density / draws (≤ 1). The posterior
+    group's mean ESS would count type-II constants (ESS = S) and non-identified frequencies."""
+    from arviz_stats import ess
+
+    lp = np.asarray(dt["sample_stats"]["lp"]) if "sample_stats" in dt.children and \
+        "lp" in dt["sample_stats"].data_vars else None
+    if lp is None or lp.ndim != 2:
+        return 1.0
+    return float(min(1.0, float(ess(lp, method="bulk")) / lp.size))
+
+
 def loo_summary(dt: xr.DataTree) -> tuple[dict, np.ndarray] | None:
     """PSIS-LOO of a fit: ({elpd_loo, se, p_loo, pareto_k_max, pareto_k_bad_frac, good_k,
-    corrected}, LOO-PIT values per training row); None without a pointwise log-likelihood."""
+    corrected}, LOO-PIT values per training row); None without a pointwise log-likelihood, or for
+    VI draws without their log q (they are not posterior draws: plain PSIS would mislead).
+
+    Importance ratios of row i: 1 / p(y_i | θ_s) for posterior draws, p(θ_s, y) / (q(θ_s)
+    p(y_i | θ_s)) for VI draws; Pareto-smoothed (``psislw``, which takes the negated log ratio)
+    and used for both the elpd and the LOO-PIT of ``arviz_stats.loo_pit``.
+    """
     from arviz_stats import loo, loo_approximate_posterior, loo_pit
 
     if not has_loo(dt):
         return None
+    vi = _is_vi(dt)
+    if not vi and dt.attrs.get("method", "nuts") != "nuts":
+        return None
+    ll = dt["log_likelihood"]["y"]
     with warnings.catch_warnings():  # k̂ warnings: we report k̂ ourselves
         warnings.simplefilter("ignore", UserWarning)
-        if _is_vi(dt):
+        if vi:
             lp, lq = dt["sample_stats"]["lp"], dt["sample_stats"]["log_q"]
             elpd = loo_approximate_posterior(dt, lp, lq, pointwise=True)
-            ll = dt["log_likelihood"]["y"]
-            log_ratio = (lp - lq) - ll
-            log_w, k = log_ratio.azstats.psislw(dim=["chain", "draw"])
-            pit = loo_pit(dt, var_names="y", log_weights=xr.Dataset({"y": log_w}),
-                          pareto_k=xr.Dataset({"y": k}))
+            log_w, k = (ll - (lp - lq)).azstats.psislw(dim=["chain", "draw"])
         else:
-            elpd = loo(dt, pointwise=True)
-            pit = loo_pit(dt, var_names="y")
+            reff = _relative_ess(dt)
+            elpd = loo(dt, pointwise=True, reff=reff)
+            log_w, k = ll.azstats.psislw(r_eff=reff, dim=["chain", "draw"])
+        pit = loo_pit(dt, var_names="y", log_weights=xr.Dataset({"y": log_w}),
+                      pareto_k=xr.Dataset({"y": k}))
     k = np.asarray(elpd.pareto_k)
     return ({"elpd_loo": float(elpd.elpd), "se": float(elpd.se), "p_loo": float(elpd.p),
              "pareto_k_max": float(np.max(k)),
              "pareto_k_bad_frac": float(np.mean(k > elpd.good_k)), "good_k": float(elpd.good_k),
-             "corrected": _is_vi(dt)},
+             "corrected": vi},
             np.asarray(pit["y"]))
 
 
@@ -76,19 +97,22 @@ def _nuts_health(dt):
 
     inv = dt["invariants"].to_dataset()
     varying = [v for v in inv.data_vars if varies(inv[v])]
-    out: dict = {"divergences": int(dt["sample_stats"]["diverging"].sum())}
+    out: dict = {"divergences": int(dt["sample_stats"]["diverging"].sum()), "rhat_max": {},
+                 "ess_bulk_min": {}, "ess_tail_min": {}}
+    energy = dt["sample_stats"]["energy"]
+    out["bfmi"] = [float(b) for b in np.atleast_1d(np.asarray(bfmi(energy)))]
+    if not varying:  # nothing sampled varies (cannot happen for a latent model; be explicit)
+        out["converged"] = False
+        return out
     r = rhat(inv[varying], method="rank")
     eb = ess(inv[varying], method="bulk")
     et = ess(inv[varying], method="tail")
-    out["rhat_max"] = {v: float(r[v].max()) for v in varying}
-    out["ess_bulk_min"] = {v: float(eb[v].min()) for v in varying}
-    out["ess_tail_min"] = {v: float(et[v].min()) for v in varying}
-    energy = dt["sample_stats"]["energy"]
-    out["bfmi"] = [float(b) for b in np.atleast_1d(np.asarray(bfmi(energy)))]
-    worst_r = max(out["rhat_max"].values(), default=1.0)
-    worst_e = min(min(out["ess_bulk_min"].values(), default=np.inf),
-                  min(out["ess_tail_min"].values(), default=np.inf))
-    # NaN (a stuck chain) fails every comparison below: not converged
-    out["converged"] = bool(worst_r < 1.01 and worst_e >= 400 and out["divergences"] == 0
-                            and min(out["bfmi"]) >= 0.3)
+    # NaN (a stuck chain) propagates: it must not pass as converged
+    out["rhat_max"] = {v: float(r[v].max(skipna=False)) for v in varying}
+    out["ess_bulk_min"] = {v: float(eb[v].min(skipna=False)) for v in varying}
+    out["ess_tail_min"] = {v: float(et[v].min(skipna=False)) for v in varying}
+    rh = np.array(list(out["rhat_max"].values()) or [1.0])
+    es = np.array(list(out["ess_bulk_min"].values()) + list(out["ess_tail_min"].values()) or [np.inf])
+    out["converged"] = bool(np.all(rh < 1.01) and np.all(es >= 400) and out["divergences"] == 0
+                            and np.all(np.asarray(out["bfmi"]) >= 0.3))  # NaN compares False
     return out

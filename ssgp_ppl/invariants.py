@@ -1,10 +1,12 @@
 """Quantities the SSGP posterior's symmetries leave unchanged, and VI-vs-MCMC comparisons on them.
 
 The SSGP likelihood (seed 001 eq. 3) is invariant under permuting the m frequencies (with their
-cos/sin amplitude pairs) and under flipping a frequency's sign together with its sine amplitude;
-in the scaled parameterisation (seed 004 eq. 4) under λ_j → −λ_j with the matching amplitudes.
-A posterior over θ or λ therefore has up to m!·2^m equivalent modes and comparing VI with MCMC
-site by site is meaningless. Every function here works on quantities those maps fix:
+cos/sin amplitude pairs) and under flipping a frequency's sign together with its sine amplitude,
+so a posterior over free θ has up to m!·2^m equivalent modes. In the scaled parameterisation
+(seed 004 eq. 4, fixed spectral points) the exact symmetry is λ → −λ with every sine amplitude
+flipped; flipping one λ_j is only approximately one (through the symmetric distribution of the
+fixed points), which still leaves the posterior with near-equivalent modes. Comparing VI with
+MCMC site by site is therefore meaningless. Every function here works on quantities those maps fix:
 
 * ``noise``, ``signal``: σ_n, σ_s (original units of y);
 * ``frequency_spread`` (d,): 2π · rms_i r_ij, the inverse of the effective lengthscale (an SE

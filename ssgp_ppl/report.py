@@ -205,16 +205,6 @@ def _nuts_record(res: FitResult) -> dict:
     return health
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        elif not isinstance(v, list):
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             progress: bool = True) -> list[dict]:
     """Fit every method of ``entry`` (plus NUTS where possible) on one split, write the report.
@@ -237,6 +227,7 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             type2 = res.info.get("type2")
             spectral_points = res.info.get("spectral_points")
         rec = metrics_record(res, data)
+        rec["loo_seconds"] = float(res.info.get("loo_seconds", 0.0))
         rec["coverage_curve"] = {"nominal": LEVELS.tolist(),
                                  "empirical": coverage_curve(y_test, res.mean, res.var,
                                                              LEVELS)[1].tolist()}
@@ -302,7 +293,7 @@ def _html(entry, data, seed, records, results, ref_label) -> str:
                   "<p>Diagnostics on symmetry-invariant quantities (rank R-hat, bulk/tail ESS: "
                   "worst component); modes = groups of chains whose two-chain R-hat on the "
                   "scalar invariants and log density stays below 1.1.</p>",
-                  _table([flat], list(flat)), _table(health, list(health[0]))]
+                  _table([flat], list(flat))] + ([_table(health, list(health[0]))] if health else [])
         if entry.learned_sites:
             parts.append("<p>Empirical-Bayes reference: NUTS conditions on the type-II "
                          f"hyperparameters estimated by {html.escape(entry.methods[0])}.</p>")
