@@ -107,10 +107,16 @@ def _nuts_health(dt):
     r = rhat(inv[varying], method="rank")
     eb = ess(inv[varying], method="bulk")
     et = ess(inv[varying], method="tail")
-    # NaN (a stuck chain) propagates: it must not pass as converged
-    out["rhat_max"] = {v: float(r[v].max(skipna=False)) for v in varying}
-    out["ess_bulk_min"] = {v: float(eb[v].min(skipna=False)) for v in varying}
-    out["ess_tail_min"] = {v: float(et[v].min(skipna=False)) for v in varying}
+    # worst over the components that vary (k(0) = σ² is constant under a type-II σ); NaN on a
+    # varying component (a stuck chain) propagates: it must not pass as converged
+    def worst(stat, v, reduce):
+        mask = np.array([varies(c) for c in np.moveaxis(
+            np.asarray(inv[v]).reshape(inv[v].shape[:2] + (-1,)), -1, 0)])
+        return float(reduce(np.asarray(stat[v]).reshape(-1)[mask]))
+
+    out["rhat_max"] = {v: worst(r, v, np.max) for v in varying}
+    out["ess_bulk_min"] = {v: worst(eb, v, np.min) for v in varying}
+    out["ess_tail_min"] = {v: worst(et, v, np.min) for v in varying}
     rh = np.array(list(out["rhat_max"].values()) or [1.0])
     es = np.array(list(out["ess_bulk_min"].values()) + list(out["ess_tail_min"].values()) or [np.inf])
     out["converged"] = bool(np.all(rh < 1.01) and np.all(es >= 400) and out["divergences"] == 0

@@ -61,15 +61,19 @@ def _nuts_tree(shift=0.0, seed=0):
     rng = np.random.default_rng(seed)
     noise = rng.normal(1.0, 0.1, (4, 500))
     noise[3] += shift
+    # a kernel whose lag-0 value σ² is constant (type-II σ) while the other lags vary
+    kernel = np.stack([np.full((4, 500), 2.0), noise + rng.normal(0, 0.1, (4, 500))], -1)
     inv = invariants.as_dataset({"noise": noise.reshape(-1)}, 4)
-    return from_dict({"invariants": {"noise": inv["noise"].values},
+    return from_dict({"invariants": {"noise": inv["noise"].values, "kernel": kernel},
                       "sample_stats": {"energy": rng.normal(size=(4, 500)),
                                        "diverging": np.zeros((4, 500), bool)}})
 
 
 def test_nuts_health():
     good = calibration.nuts_health(_nuts_tree())
+    # the constant component (NaN R-hat) is left out, not counted as a failure
     assert good["converged"] and good["divergences"] == 0
+    assert good["rhat_max"]["kernel"] < 1.01
     assert good["rhat_max"]["noise"] < 1.01
     # i.i.d. energies: BFMI = E[(E_t − E_{t−1})²] / Var E = 2
     np.testing.assert_allclose(good["bfmi"], 2.0, atol=0.3)
