@@ -77,7 +77,8 @@ def _label(r: FitResult, ref_label: str) -> str:
     return ref_label if r.method == "nuts" and ref_label else r.method
 
 
-def _plots(results: list[FitResult], data: Dataset, ref_label: str) -> list[tuple[str, str]]:
+def _plots(results: list[FitResult], records: list[dict], data: Dataset,
+           ref_label: str) -> list[tuple[str, str]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,9 +101,9 @@ def _plots(results: list[FitResult], data: Dataset, ref_label: str) -> list[tupl
     figs.append(("Predictive bands on the test set", _png(fig)))
 
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
-    for r in results:
-        _, emp = coverage_curve(y, r.mean, r.var, LEVELS)
-        ax.plot(LEVELS, emp, "o-", label=_label(r, ref_label))
+    for r, rec in zip(results, records, strict=True):  # the curves compare() already computed
+        c = rec["coverage_curve"]
+        ax.plot(c["nominal"], c["empirical"], "o-", label=_label(r, ref_label))
     ax.plot([0, 1], [0, 1], "k--", lw=0.8)
     ax.set_xlabel("nominal central-interval level")
     ax.set_ylabel("empirical coverage (test)")
@@ -318,7 +319,7 @@ def _html(entry, data, seed, records, results, ref_label) -> str:
     else:
         parts.append(f"<p>No NUTS reference: n_train = {data.n_train} exceeds {NUTS_MAX_ROWS} "
                      "rows (use --subsample for a NUTS comparison).</p>")
-    for title, png in _plots(results, data, ref_label):
+    for title, png in _plots(results, records, data, ref_label):
         parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
                      f"src='data:image/png;base64,{png}'>")
     style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
