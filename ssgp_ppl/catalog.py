@@ -21,8 +21,10 @@ import jax
 from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import PSI, known_guides, make_guide
+from ssgp_ppl.likelihoods import LIKELIHOODS
 from ssgp_ppl.model import PRIORS, ROLES, RULES, Hyper, SSGPSpec, ssgp_model
 from ssgp_ppl.ncvmp import tan_prior
+from ssgp_ppl.objectives import GRADIENTS, OBJECTIVES
 from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
 
 METHODS = ("ml", "svi", "nuts", "ncvmp", "local")
@@ -65,7 +67,9 @@ SCHEMA: dict = {
                              choices=("prior", "learned")),
         "nuisance": Field(str, "sampled", "s sampled, or integrated out in closed form",
                           choices=("sampled", "marginalized")),
-        "likelihood": Field(str, "gaussian", "observation model", choices=("gaussian",)),
+        "likelihood": Field(str, "gaussian", "observation model p(y | f) (seed 003 §2)",
+                            choices=LIKELIHOODS),
+        "df": Field((int, float), 4.0, "Student-t degrees of freedom", low=0, open_low=True),
         "spectral_seed": Field(int, 0, "seed of the fixed standard spectral points", low=0),
         "noise": _hyper_schema(0.3),
         "signal": _hyper_schema(1.0),
@@ -94,6 +98,16 @@ SCHEMA: dict = {
                         low=0, open_low=True),
             "init_scale": Field((int, float), 0.1, "papers' guides: initial scale × prior std",
                                 low=0, open_low=True),
+            "components": Field(int, 3, "mixture: number K of diagonal Gaussian components", low=1),
+            "spread": Field((int, float), 1.0, "mixture: spread of the components' starting "
+                            "means, in prior standard deviations", low=0),
+            "objective": Field(str, "elbo", "elbo | beta_elbo | dlm_log | dlm_square (seed 003)",
+                               choices=OBJECTIVES),
+            "beta": Field((int, float), 1.0, "β of the KL term (beta_elbo, dlm_*)", low=0),
+            "gradient": Field(str, "exact", "log E_q p(y|f) in dlm_log: exact (Gaussian, probit) | "
+                              "quadrature | bmc | ups (seed 003 §3-4)", choices=GRADIENTS),
+            "samples": Field(int, 10, "draws L of bmc/ups, quadrature nodes, or the mixture's "
+                             "score-function draws per component", low=1),
             "steps": Field(int, 5000, "SVI steps (upper bound)", low=1),
             "lr": Field((int, float), 0.01, "Adam step size", low=0, open_low=True),
             "lr_halflife": Field((int, float), 0.0, "halve the step size every this many steps "
@@ -247,7 +261,7 @@ class CatalogEntry:
         return SSGPSpec(
             m=mc["m"], d=d, spectral_points=pts, density=mc["spectral_density"],
             parameterization=mc["parameterization"], frequencies=mc["frequencies"],
-            nuisance=mc["nuisance"], likelihood=mc["likelihood"],
+            nuisance=mc["nuisance"], likelihood=mc["likelihood"], df=mc["df"],
             noise=hyper("noise"), signal=hyper("signal"), lengthscales=hyper("lengthscales"),
             inverse_lengthscales=hyper("inverse_lengthscales"),
         )
@@ -261,6 +275,8 @@ class CatalogEntry:
         opts = {k: svi[k] for k in ("init_scale",)}
         if svi["guide"] == "joint_affine":
             opts.update(psi=svi["psi"], df=svi["df"])
+        if svi["guide"] == "mixture":
+            opts.update(components=svi["components"], spread=svi["spread"])
         return make_guide(svi["guide"], model or self.model(spec), spec, **opts)
 
     @cached_property
@@ -343,6 +359,28 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
     if cfg["partitions"]["per_step"] and mc["nuisance"] != "sampled":
         raise SSGPError(f"{src}: partitions.per_step: partition sampling needs model.nuisance = "
                         "'sampled' (the marginal likelihood does not factorise)")
+    svi = cfg["inference"]["svi"]
+    if svi["objective"] != "elbo" and mc["nuisance"] != "sampled":
+        raise SSGPError(f"{src}: inference.svi.objective: '{svi['objective']}' needs "
+                        "model.nuisance = 'sampled'")
+    if svi["objective"] == "dlm_log" and svi["gradient"] == "exact" and \
+            mc["likelihood"] not in ("gaussian", "probit"):
+        raise SSGPError(f"{src}: inference.svi.gradient: 'exact' has no closed form under the "
+                        f"{mc['likelihood']} likelihood; use quadrature, bmc or ups")
+    if mc["likelihood"] != "gaussian":
+        if mc["nuisance"] != "sampled":
+            raise SSGPError(f"{src}: model.nuisance: the {mc['likelihood']} likelihood needs "
+                            "'sampled' (s integrates out only under the Gaussian)")
+        if cfg["predictive"]["rule"] != "degenerate":
+            raise SSGPError(f"{src}: predictive.rule: the {mc['likelihood']} likelihood needs "
+                            "'degenerate' (marginal and local are Gaussian closed forms)")
+        if any(m in TAN_METHODS for m in methods) or "ml" in methods:
+            raise SSGPError(f"{src}: inference.methods: ml, ncvmp and local are Gaussian-only")
+    if mc["likelihood"] == "student_t" and mc["df"] <= 2:
+        raise SSGPError(f"{src}: model.df: the Student-t predictive needs df > 2 (finite "
+                        f"variance), got {mc['df']:g}")
+    if svi["guide"] == "mixture" and mc["spectral_density"] != "se" and "svi" in methods:
+        raise SSGPError(f"{src}: inference.svi.guide: 'mixture' needs spectral_density = 'se'")
     entry = CatalogEntry(name, path, cfg)
     if any(m in TAN_METHODS for m in methods):
         try:

@@ -186,6 +186,8 @@ def load(
     test_fraction: float | None = None,
     x_scaling: str = "standard",
     extra_noise_inputs: int = 0,
+    target_kind: str = "continuous",
+    threshold: float | None = None,
 ) -> Dataset:
     """Load a named data set (see :data:`KNOWN`) or a data file, split and standardise it.
 
@@ -203,7 +205,15 @@ def load(
             the training inputs. The target is always standardised.
         extra_noise_inputs: append this many Uniform[0, 1] noise columns (seeded by ``split``)
             before scaling, named ``noise_0``, ``noise_1``, ...
+        target_kind: ``"continuous"`` (standardised), ``"binary"`` (1 where the raw target
+            exceeds ``threshold``, default the training split's median; for the probit
+            likelihood) or ``"count"`` (raw non-negative integers, for the Poisson likelihood);
+            binary and count targets are not scaled.
     """
+    if target_kind not in ("continuous", "binary", "count"):
+        raise SSGPError(f"target_kind must be continuous, binary or count, got {target_kind!r}")
+    if threshold is not None and target_kind != "binary":
+        raise SSGPError("a threshold applies only to binary targets (the probit likelihood)")
     split = _check_split(split)
     if x_scaling not in ("standard", "minmax"):
         raise SSGPError(f"x_scaling must be 'standard' or 'minmax', got {x_scaling!r}")
@@ -278,6 +288,17 @@ def load(
     y_tr_raw, y_te_raw = y[train_idx], y[test_idx]
     x_scaler = _fit_x_scaler(x_tr_raw, x_scaling)
     y_scaler = _fit_standard(y_tr_raw)
+    if target_kind == "binary":
+        cut = float(np.median(y_tr_raw)) if threshold is None else float(threshold)
+        y_tr_raw, y_te_raw = (y_tr_raw > cut).astype(np.float64), (y_te_raw > cut).astype(np.float64)
+        if y_tr_raw.min() == y_tr_raw.max():
+            raise SSGPError(f"threshold {cut:g} leaves a single class in the training split of '{name}'")
+        tname = f"{tname} > {cut:g}"
+    if target_kind == "count":
+        if np.any(y < 0) or np.any(y != np.round(y)):
+            raise SSGPError(f"'{name}': target {tname!r} is not a non-negative integer count")
+    if target_kind != "continuous":
+        y_scaler = Scaler(np.zeros(()), np.ones(()))
 
     def prep(a, s):
         return np.ascontiguousarray(s.transform(a), dtype=np.float64)

@@ -26,8 +26,9 @@ from arviz_base import from_dict, from_numpyro
 from numpyro import handlers
 from numpyro.infer import autoguide, init_to_value
 from numpyro.infer.util import log_density
+from scipy.special import ndtr
 
-from ssgp_ppl import invariants, ncvmp, spectral
+from ssgp_ppl import invariants, likelihoods, ncvmp, spectral
 from ssgp_ppl.catalog import METHODS, TAN_METHODS, CatalogEntry
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.errors import SSGPError
@@ -40,9 +41,10 @@ from ssgp_ppl.inference import (
     run_svi,
     site_values,
 )
-from ssgp_ppl.metrics import mixture_moments, regression_metrics
+from ssgp_ppl.metrics import likelihood_metrics, mixture_moments, regression_metrics
 from ssgp_ppl.model import local_data, predict_draws
 from ssgp_ppl.neighbourhoods import local_predict
+from ssgp_ppl.objectives import make_objective
 from ssgp_ppl.partitions import Partitions
 
 DIMS = {
@@ -87,26 +89,28 @@ LOGLIK_MAX_VALUES = 20_000_000  # draws × rows kept in the log_likelihood group
 LOO_MIN_DRAWS = 100
 
 
-def _train_draws(sites: dict, x, y, seed: int):
+def _train_draws(sites: dict, x, y, seed: int, lik=None):
     """Per draw: log N(y_i | φ(x_i)ᵀs, σ_n²) and a replicate y_rep_i ~ N(φ(x_i)ᵀs, σ_n²), (S, n)
     each (the log_likelihood and posterior_predictive groups). (None, None) when s was integrated
     out (the likelihood does not factorise over rows) or when S × n exceeds LOGLIK_MAX_VALUES
     (AIRLINE-sized data: LOO is not the tool there)."""
-    if "nuisance" not in sites or sites["noise"].shape[0] * x.shape[0] > LOGLIK_MAX_VALUES:
+    if "nuisance" not in sites or sites["signal"].shape[0] * x.shape[0] > LOGLIK_MAX_VALUES:
         return None, None
+    lik = lik or likelihoods.GAUSSIAN
+    count = sites["signal"].shape[0]
+    noise = sites["noise"] if "noise" in sites else jnp.ones(count)
 
     @jax.jit
     def run(freq, s, noise, keys, x, y):
         def one(args):
             fr, sv, nz, k = args
             f = spectral.features(x, fr) @ sv
-            return (jax.scipy.stats.norm.logpdf(y, f, nz),
-                    f + nz * jax.random.normal(k, f.shape, f.dtype))
+            return lik.log_prob(y, f, nz), lik.distribution(f, nz).sample(k).astype(f.dtype)
 
         return jax.lax.map(one, (freq, s, noise, keys))
 
-    keys = jax.random.split(jax.random.PRNGKey(seed), sites["noise"].shape[0])
-    loglik, y_rep = run(sites["frequencies"], sites["nuisance"], sites["noise"], keys, x, y)
+    keys = jax.random.split(jax.random.PRNGKey(seed), count)
+    loglik, y_rep = run(sites["frequencies"], sites["nuisance"], noise, keys, x, y)
     return np.asarray(loglik), np.asarray(y_rep)
 
 
@@ -128,6 +132,15 @@ def _test_draws(mean_f, var_y, data: Dataset, seed: int, num: int = 1):
     y_pred = np.repeat(mean_f, reps, 0) + np.repeat(sd, reps, 0) * rng.standard_normal(
         (mean_f.shape[0] * reps, mean_f.shape[1]))
     return np.asarray(data.y_scaler.inverse(y_pred)), pit
+
+
+def _likelihood_draws(lik, mean_f, var_f, noise, seed: int):
+    """One y* draw per posterior draw: f ~ N(mean_f, var_f), y* ~ p(y | f)."""
+    key_f, key_y = jax.random.split(jax.random.PRNGKey(seed + 2))
+    mean_f, var_f = jnp.asarray(mean_f), jnp.asarray(var_f)
+    f = mean_f + jnp.sqrt(var_f) * jax.random.normal(key_f, mean_f.shape, mean_f.dtype)
+    scale = jnp.ones(()) if noise is None else jnp.asarray(noise)[:, None]
+    return np.asarray(lik.distribution(f, scale).sample(key_y), np.float64)
 
 
 def _assemble(*, sites: dict | None, chains: int, data: Dataset, mean_f, var_f,
@@ -160,7 +173,7 @@ def _assemble(*, sites: dict | None, chains: int, data: Dataset, mean_f, var_f,
         groups["sample_stats"] = _by_chain({"lp": log_p, "log_q": log_q}, chains)
     dt = from_dict(groups, dims=DIMS, pred_dims=DIMS)
     if sites is not None and "frequencies" in sites:
-        inv = invariants.invariant_draws(sites["frequencies"], sites["signal"], sites["noise"],
+        inv = invariants.invariant_draws(sites["frequencies"], sites["signal"], sites.get("noise"),
                                          mean_f, var_f, y_scale=scale, y_shift=shift, seed=seed)
         dt["invariants"] = xr.DataTree(invariants.as_dataset(inv, chains))
     dt.attrs.update(y_scale=scale, y_shift=shift)
@@ -168,17 +181,29 @@ def _assemble(*, sites: dict | None, chains: int, data: Dataset, mean_f, var_f,
 
 
 def predict(sites: dict, data: Dataset, rule: str, *, gamma: float = 0.0,
-            partitions: Partitions | None = None, x_test=None):
+            partitions: Partitions | None = None, x_test=None, lik=None, lik_df: float = 4.0):
     """Predictive of y* at ``x_test`` (default: the test split) from per-draw site values.
 
     Returns (mean, var) of y* in original units (moment-matched mixture over the S draws) and
-    the per-draw (mean_f, var_f, var_y) in standardised units.
+    the per-draw (mean_f, var_f, var_y) in standardised units. Under the probit likelihood
+    mean is P(y* = 1) = mean_s Φ(μ_s/√(1 + v_s)); under the Poisson E[y*] = mean_s exp(μ_s + v_s/2).
     """
     x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
     x_test = np.asarray(data.x_test if x_test is None else x_test)
     local = local_data(partitions, x_test, gamma) if rule == "local" else None
     mean_f, var_f = predict_draws(rule, sites, x, y, jnp.asarray(x_test), local)
+    lik = lik or likelihoods.GAUSSIAN
+    if lik.target != "continuous":  # probit / Poisson: moments of y* from the likelihood
+        mf, vf = np.asarray(mean_f, np.float64), np.asarray(var_f, np.float64)
+        if lik.name == "probit":
+            p = np.mean(ndtr(mf / np.sqrt(1.0 + vf)), axis=0)
+            return p, p * (1.0 - p), mean_f, var_f, var_f
+        rate = np.exp(mf + 0.5 * vf)  # E[e^f], E[e^{2f}] per draw; Var y = E rate + Var rate
+        mean = rate.mean(0)
+        return mean, mean + np.mean(np.exp(2 * mf + 2 * vf), 0) - mean**2, mean_f, var_f, var_f
     var_y = var_f + sites["noise"][:, None] ** 2
+    if lik.name == "student_t":  # Var of t_ν(0, σ) is σ² ν/(ν − 2) (the catalog asks ν > 2)
+        var_y = var_f + sites["noise"][:, None] ** 2 * lik_df / (lik_df - 2)
     mean, var = mixture_moments(np.asarray(mean_f, np.float64), np.asarray(var_y, np.float64))
     mean = np.asarray(data.y_scaler.inverse(mean))
     var = var * np.asarray(data.y_scaler.scale) ** 2
@@ -256,6 +281,7 @@ def fit(
         info["divergences"] = int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
     else:
         per_step = 0
+        objective = None
         if method == "ml":
             if spec.latent_sites():  # MAP for entries with priors
                 guide = autoguide.AutoDelta(model, init_loc_fn=init_to_value(
@@ -267,6 +293,10 @@ def fit(
             if not spec.latent_sites():
                 raise SSGPError(f"{entry.name}: SVI needs latent sites; this model has none")
             guide = entry.guide(spec, model)
+            objective = make_objective(cfg["objective"], beta=cfg["beta"],
+                                       particles=cfg["num_particles"], gradient=cfg["gradient"],
+                                       samples=cfg["samples"], guide_name=cfg["guide"])
+            info.update(objective=cfg["objective"], beta=cfg["beta"])
             batch = cfg["batch_size"] or None
             per_step = min(pcfg["per_step"], partitions.count) if pcfg["per_step"] else 0
         n_steps = cfg["steps"] if steps is None else steps
@@ -275,7 +305,8 @@ def fit(
                       batch_size=batch, partitions=partitions if per_step else None,
                       per_step=max(per_step, 1), chunk=cfg["chunk"], seed=seed, tol=cfg["tol"],
                       min_steps=min(cfg["min_steps"], n_steps),
-                      num_particles=cfg.get("num_particles", 1), progress=progress, desc=desc)
+                      num_particles=cfg.get("num_particles", 1), progress=progress, desc=desc,
+                      loss=objective)
         params, losses, chains = res.params, res.losses, 1
         info.update(steps=res.steps, converged=res.converged,
                     params={k: np.asarray(v) for k, v in params.items()},
@@ -300,15 +331,23 @@ def fit(
 
     t1 = time.perf_counter()
     pred = entry.config["predictive"]
+    lik = spec.lik
     mean, var, mean_f, var_f, var_y = predict(sites, data, pred["rule"], gamma=pred["gamma"],
-                                              partitions=partitions)
+                                              partitions=partitions, lik=lik, lik_df=spec.df)
     predict_seconds = time.perf_counter() - t1
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
-    metrics = regression_metrics(y_test, mean, var)
-
-    y_pred, pit = _test_draws(mean_f, var_y, data, seed)
+    metrics = likelihood_metrics(lik, y_test, mean, mean_f, var_f, sites.get("noise"),
+                                 y_model=data.y_test, y_scale=float(np.asarray(data.y_scaler.scale)))
+    if lik.target == "continuous":
+        metrics = regression_metrics(y_test, mean, var) | metrics
+    if lik.name == "gaussian":
+        y_pred, pit = _test_draws(mean_f, var_y, data, seed)
+    else:  # y* draws from the likelihood; the Gaussian PIT does not apply
+        y_pred = np.asarray(data.y_scaler.inverse(_likelihood_draws(lik, mean_f, var_f,
+                                                                     sites.get("noise"), seed)))
+        pit = np.full(data.n_test, np.nan)
     t_loo = time.perf_counter()
-    loglik, y_rep = _train_draws(sites, x, y, seed + 3)
+    loglik, y_rep = _train_draws(sites, x, y, seed + 3, lik)
     loo_seconds += time.perf_counter() - t_loo
     sites_np = _by_chain(sites, chains)
     dt = _assemble(sites={k: np.asarray(v) for k, v in sites.items()}, chains=chains, data=data,

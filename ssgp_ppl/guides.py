@@ -9,6 +9,8 @@ papers' guides:
   Student-t with ν degrees of freedom; q(α) = ψ(M⁻¹(α − b)) / |det M|. θ and s interact a posteriori.
 * ``gaussian_lambda`` (Tan et al. 2016, seed 004 eq. 11): q(λ)q(α)q(σ)q(γ), Gaussian λ and α with
   full covariances, square-root inverse-gamma scales (the NCVMP family fitted by SVI).
+* ``mixture`` (Nguyen & Bonilla 2014, seed 002): K equal-weight diagonal Gaussians over
+  α = vec(θ, s) (:mod:`ssgp_ppl.mixture`).
 * ``mean_field`` (VSSGP, Gal & Turner 2015 as seed 001 Remark 2 describes it): independent
   Gaussians over each frequency vector r_i (``frequencies_loc``, ``frequencies_scale``) and over
   s (``nuisance_loc``, ``nuisance_scale``).
@@ -23,6 +25,7 @@ from functools import partial
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
+from jax.scipy.linalg import solve_triangular
 from numpyro.distributions import constraints
 from numpyro.infer import autoguide, init_to_median, init_to_sample, init_to_value
 
@@ -99,6 +102,18 @@ def joint_affine_guide(spec: SSGPSpec, psi: str = "normal", df: float = 5.0,
                                                  event_dim=2))
         numpyro.sample("nuisance", dist.Delta(alpha[n_theta:], event_dim=1))
 
+    def nuisance_conditional(params, draw):
+        """q(s | θ) = N(b_s + L_sθ L_θθ⁻¹(θ − b_θ), L_ss L_ssᵀ) with M = L Q (LQ factorisation)."""
+        mat = scale0[:, None] * params["alpha_matrix"]
+        q, r = jnp.linalg.qr(mat.T)
+        low = r.T * jnp.sign(jnp.diagonal(r))[None, :]  # lower triangular, positive diagonal
+        loc = params["alpha_loc"]
+        w = solve_triangular(low[:n_theta, :n_theta], draw["frequencies"].ravel() - loc[:n_theta],
+                             lower=True)
+        return loc[n_theta:] + low[n_theta:, :n_theta] @ w, low[n_theta:, n_theta:]
+
+    if psi == "normal":  # under ψ = Student-t, s | θ is not Gaussian: s is drawn
+        guide.nuisance_conditional = nuisance_conditional
     return guide
 
 
@@ -118,6 +133,8 @@ def mean_field_guide(spec: SSGPSpec, init_scale: float = 0.1, **_) -> Callable:
         ns = numpyro.param("nuisance_scale", scale0[n_theta:], constraint=constraints.positive)
         numpyro.sample("nuisance", dist.Normal(nl, ns).to_event(1))
 
+    guide.nuisance_conditional = lambda params, draw: (params["nuisance_loc"],
+                                                       jnp.diag(params["nuisance_scale"]))
     return guide
 
 
@@ -177,6 +194,8 @@ def gaussian_lambda_guide(spec: SSGPSpec, init_scale: float = 0.1, **_) -> Calla
                                  constraint=constraints.positive)
             numpyro.sample(site, sqrt_inverse_gamma(shape, rate))
 
+    guide.nuisance_conditional = lambda params, draw: (
+        params["nuisance_loc"], a_scale0 * params["nuisance_scale_unit"])
     return guide
 
 
@@ -201,6 +220,15 @@ def gaussian_lambda_params(spec: SSGPSpec, state, n: int, init_scale: float = 0.
 
 CUSTOM_GUIDES.update(joint_affine=joint_affine_guide, mean_field=mean_field_guide,
                      gaussian_lambda=gaussian_lambda_guide)
+
+
+def _mixture(spec, **options):
+    from ssgp_ppl.mixture import mixture_guide
+
+    return mixture_guide(spec, **options)
+
+
+CUSTOM_GUIDES["mixture"] = _mixture
 
 
 def known_guides() -> tuple[str, ...]:

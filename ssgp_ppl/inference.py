@@ -94,13 +94,15 @@ def run_svi(
     desc: str = "svi",
     callback: Callable[[int, dict], None] | None = None,
     init_params: dict | None = None,
+    loss=None,
 ) -> SVIResult:
     """Maximise the ELBO of ``model`` under ``guide`` with Adam; ``steps`` is an upper bound.
 
     The Adam step size is ``lr``, halved every ``lr_halflife`` steps when that is > 0 (decaying
     steps as stochastic approximation needs, seed 001 §4.1 last paragraph). Each step uses the
     batch of :func:`batch_sampler` (full data, random rows, or ``per_step`` partitions) and
-    ``num_particles`` draws of the guide (b samples of z in seed 000 App. G).
+    ``num_particles`` draws of the guide (b samples of z in seed 000 App. G). ``loss``: an
+    objective (:class:`ssgp_ppl.objectives.Objective`; default NumPyro's Trace_ELBO).
 
     Convergence: with W = ``patience`` chunks, the run stops when the mean loss of the last W
     chunks is lower than that of the W chunks before by less than ``tol`` relative to its size, or
@@ -119,7 +121,7 @@ def run_svi(
     draw, aux = batch_sampler(x.shape[0], batch_size, partitions, per_step)
     step_size = lr if not lr_halflife else (lambda t: lr * 0.5 ** (t / lr_halflife))
     svi = SVI(model, guide, numpyro.optim.ClippedAdam(step_size=step_size, clip_norm=100.0),
-              Trace_ELBO(num_particles=num_particles))
+              Trace_ELBO(num_particles=num_particles) if loss is None else loss)
     key_init, key_batch = jax.random.split(jax.random.PRNGKey(seed))
     xb, yb, kw = draw(key_batch, x, y, aux)
     state = svi.init(key_init, xb, yb, init_params=init_params, **kw)

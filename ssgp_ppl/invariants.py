@@ -65,8 +65,8 @@ def invariant_draws(frequencies, signal, noise, mean_f, var_f, *, y_scale: float
     mean_f = np.asarray(mean_f, np.float64)
     sd_f = np.sqrt(np.maximum(np.asarray(var_f, np.float64), 0.0))
     z = np.random.default_rng(seed).standard_normal(mean_f.shape)
-    return {
-        "noise": np.asarray(noise, np.float64) * y_scale,
+    out = {} if noise is None else {"noise": np.asarray(noise, np.float64) * y_scale}
+    return out | {
         "signal": signal * y_scale,
         "frequency_spread": frequency_spread(frequencies),
         "kernel": kernel_at_lags(frequencies, signal, lags) * y_scale**2,

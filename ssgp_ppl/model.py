@@ -78,15 +78,27 @@ class SSGPSpec:
     parameterization: str = "free"  # free | scaled
     frequencies: str = "prior"  # prior | learned (free parameterisation only)
     nuisance: str = "sampled"  # sampled | marginalized
-    likelihood: str = "gaussian"
+    likelihood: str = "gaussian"  # gaussian | student_t | probit | poisson (ssgp_ppl.likelihoods)
+    df: float = 4.0  # Student-t degrees of freedom
     noise: Hyper = field(default_factory=lambda: Hyper("learned", 0.3))
     signal: Hyper = field(default_factory=lambda: Hyper("learned", 1.0))
     lengthscales: Hyper = field(default_factory=lambda: Hyper("learned", 1.0))
     inverse_lengthscales: Hyper = field(default_factory=lambda: Hyper("learned", 1.0))
 
+    @property
+    def lik(self):
+        """The observation model (:mod:`ssgp_ppl.likelihoods`)."""
+        from ssgp_ppl import likelihoods
+
+        return likelihoods.get(self.likelihood, self.df)
+
+    def hyper_names(self) -> tuple[str, ...]:
+        """noise σ_n (only where the likelihood has a scale) and signal σ_s."""
+        return ("noise", "signal") if self.lik.has_scale else ("signal",)
+
     def latent_sites(self) -> tuple[str, ...]:
         """Names of the model's latent sample sites (what a guide must cover)."""
-        sites = [h for h in ("noise", "signal") if getattr(self, h).role == "prior"]
+        sites = [h for h in self.hyper_names() if getattr(self, h).role == "prior"]
         if self.parameterization == "free":
             if self.frequencies == "prior":
                 if self.lengthscales.role == "prior":
@@ -100,7 +112,7 @@ class SSGPSpec:
 
     def learned_sites(self) -> tuple[str, ...]:
         """Names of the type-II (``numpyro.param``) hyperparameters of the model."""
-        out = [h for h in ("noise", "signal") if getattr(self, h).role == "learned"]
+        out = [h for h in self.hyper_names() if getattr(self, h).role == "learned"]
         if self.parameterization == "free":
             if self.frequencies == "learned":
                 out.append("frequencies")
@@ -194,7 +206,8 @@ def frequencies_of(spec: SSGPSpec, d: int):
 
 def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mask=None,
                obs_scale=None):
-    """SSGP regression y = Φ_θ(x) s + ε, ε ~ N(0, σ_n²) (seed 001 eq. 3; seed 004 eq. 5).
+    """SSGP regression y = Φ_θ(x) s + ε, ε ~ N(0, σ_n²) (seed 001 eq. 3; seed 004 eq. 5), or
+    y ~ p(y | f = Φ_θ(x) s) under the entry's likelihood (Student-t, probit, Poisson; seed 003 §2).
 
     x: (b, d) inputs of this (mini)batch; y: (b,) targets or None; n_total: training-set size
     when x is a minibatch (the batch likelihood is scaled by n_total / b); obs_mask: (b,) bool,
@@ -204,11 +217,14 @@ def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mas
     b, d = x.shape
     if d != spec.d:
         raise SSGPError(f"inputs have {d} columns but the model was built for {spec.d}")
-    noise = _hyper("noise", spec.noise)
+    lik = spec.lik
+    noise = _hyper("noise", spec.noise) if lik.has_scale else None
     signal = _hyper("signal", spec.signal)
     freq = frequencies_of(spec, d)
     phi = spectral.features(x, freq)  # (b, 2m)
     if spec.nuisance == "marginalized":
+        if lik.name != "gaussian":
+            raise SSGPError(f"s can be integrated out only under the Gaussian likelihood, not {lik.name}")
         if (n_total is not None and n_total != b) or obs_mask is not None or obs_scale is not None:
             raise SSGPError("the marginalized-nuisance likelihood does not factorise: no minibatches")
         numpyro.sample("y", SSGPMarginal(phi, signal, noise), obs=y)
@@ -222,7 +238,7 @@ def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mas
         numpyro.handlers.scale(scale=scale),
         numpyro.handlers.mask(mask=True if obs_mask is None else obs_mask),
     ):
-        numpyro.sample("y", dist.Normal(f, noise), obs=y)
+        numpyro.sample("y", lik.distribution(f, noise), obs=y)
 
 
 # --------------------------------------------------------------------------- predictive rules

@@ -1,0 +1,210 @@
+"""Observation models p(y | f) for the SSGP feature model f = φ_θ(x)ᵀs (seed 003 §2, Table 1).
+
+Each likelihood is a set of pure functions of (y, f) or of a Gaussian q(f) = N(mu, var):
+
+* ``log_prob(y, f, scale)``: log p(y | f) (``scale`` is σ_n for the Gaussian and Student-t,
+  ignored by probit and Poisson);
+* ``expected_log_prob(y, mu, var, scale)``: E_q[log p(y | f)], the ELBO's loss term; closed form
+  for the Gaussian and the Poisson (log link), Gauss-Hermite quadrature otherwise;
+* ``log_expected_prob(y, mu, var, scale)``: log E_q[p(y | f)] = log q(y), the log-loss DLM term
+  (seed 003 §1.1); closed form for the Gaussian (log N(y | mu, var + σ²)) and probit
+  (log Φ((2y − 1) mu / √(1 + var)), seed 003 §2), quadrature otherwise;
+* ``mean(mu, var)``: E_q[E[y | f]], the prediction ŷ of square-loss DLM (seed 003 §2) and the
+  mean of the predictive; for the Poisson E_q[e^f] = exp(mu + var/2) (seed 003 supp. "Evaluation");
+* ``prob_max(y, scale)`` and ``interval_max(y, a, b, scale)``: ℓ_max = max_f p(y | f) and
+  m₁ = max_{f ∈ [a, b]} p(y | f), what the uPS rejection sampler needs (seed 003 supp. §1).
+
+Probit targets are y ∈ {0, 1}; Poisson targets are counts y ∈ {0, 1, 2, ...}.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from jax.scipy.special import gammaln, logsumexp
+from jax.scipy.stats import norm
+
+from ssgp_ppl.errors import SSGPError
+
+LIKELIHOODS = ("gaussian", "student_t", "probit", "poisson")
+QUADRATURE_NODES = 32
+
+
+def hermite(nodes: int = QUADRATURE_NODES):
+    """Gauss-Hermite nodes and log weights for E_{N(0,1)}[g(ε)] ≈ Σ_k w_k g(ε_k)."""
+    t, w = np.polynomial.hermite.hermgauss(nodes)
+    return np.sqrt(2.0) * t, np.log(w / np.sqrt(np.pi))
+
+
+def _quad_points(mu, var, nodes):
+    eps, logw = hermite(nodes)
+    f = mu[..., None] + jnp.sqrt(var)[..., None] * eps  # (..., K)
+    return f, jnp.asarray(logw, f.dtype)
+
+
+class Likelihood(NamedTuple):
+    """The pure functions of one observation model (see the module docstring)."""
+
+    name: str
+    has_scale: bool  # uses the noise site σ_n as its scale
+    target: str  # continuous | binary | count
+    log_prob: callable
+    expected_log_prob: callable
+    log_expected_prob: callable
+    mean: callable
+    prob_max: callable
+    interval_max: callable
+    mode: callable  # argmax_f p(y | f), or None for monotone likelihoods
+    distribution: callable  # (f, scale) -> numpyro distribution of y
+
+
+def _quadrature_expected_log(log_prob):
+    def expected_log_prob(y, mu, var, scale=None, nodes=QUADRATURE_NODES):
+        f, logw = _quad_points(mu, var, nodes)
+        return jnp.sum(jnp.exp(logw) * log_prob(y[..., None], f, scale), axis=-1)
+
+    return expected_log_prob
+
+
+def _quadrature_log_expected(log_prob):
+    def log_expected_prob(y, mu, var, scale=None, nodes=QUADRATURE_NODES):
+        f, logw = _quad_points(mu, var, nodes)
+        return logsumexp(logw + log_prob(y[..., None], f, scale), axis=-1)
+
+    return log_expected_prob
+
+
+# ----------------------------------------------------------------------------- Gaussian
+
+
+def _gauss_log_prob(y, f, scale):
+    return norm.logpdf(y, f, scale)
+
+
+def _gauss_expected_log(y, mu, var, scale, nodes=None):
+    return norm.logpdf(y, mu, scale) - 0.5 * var / scale**2
+
+
+def _gauss_log_expected(y, mu, var, scale, nodes=None):
+    return norm.logpdf(y, mu, jnp.sqrt(var + scale**2))
+
+
+def _unimodal_interval_max(log_prob, mode):
+    def interval_max(y, a, b, scale=None):
+        pa, pb = jnp.exp(log_prob(y, a, scale)), jnp.exp(log_prob(y, b, scale))
+        fm = mode(y, scale)
+        inside = (fm >= a) & (fm <= b)
+        return jnp.where(inside, jnp.exp(log_prob(y, fm, scale)), jnp.maximum(pa, pb))
+
+    return interval_max
+
+
+GAUSSIAN = Likelihood(
+    "gaussian", True, "continuous", _gauss_log_prob, _gauss_expected_log, _gauss_log_expected,
+    mean=lambda mu, var: mu,
+    prob_max=lambda y, scale=None: jnp.exp(norm.logpdf(y, y, scale)),
+    interval_max=_unimodal_interval_max(_gauss_log_prob, lambda y, s: y),
+    mode=lambda y, scale=None: y,
+    distribution=lambda f, scale: dist.Normal(f, scale),
+)
+
+# ----------------------------------------------------------------------------- Student-t
+
+STUDENT_T_DF = 4.0
+
+
+def student_t(df: float = STUDENT_T_DF) -> Likelihood:
+    """Student-t noise with ``df`` degrees of freedom and scale σ_n (seed 003 Table 1)."""
+
+    def log_prob(y, f, scale):
+        return dist.StudentT(df, f, scale).log_prob(y)
+
+    return Likelihood(
+        "student_t", True, "continuous", log_prob, _quadrature_expected_log(log_prob),
+        _quadrature_log_expected(log_prob), mean=lambda mu, var: mu,
+        prob_max=lambda y, scale=None: jnp.exp(log_prob(y, y, scale)),
+        interval_max=_unimodal_interval_max(log_prob, lambda y, s: y),
+        mode=lambda y, scale=None: y,
+        distribution=lambda f, scale: dist.StudentT(df, f, scale),
+    )
+
+
+# ----------------------------------------------------------------------------- probit
+
+
+def _probit_log_prob(y, f, scale=None):
+    return norm.logcdf((2.0 * y - 1.0) * f)
+
+
+def _probit_log_expected(y, mu, var, scale=None, nodes=None):
+    return norm.logcdf((2.0 * y - 1.0) * mu / jnp.sqrt(1.0 + var))
+
+
+def _probit_interval_max(y, a, b, scale=None):  # monotone in f: the maximum is at an endpoint
+    return jnp.exp(jnp.maximum(_probit_log_prob(y, a), _probit_log_prob(y, b)))
+
+
+PROBIT = Likelihood(
+    "probit", False, "binary", _probit_log_prob, _quadrature_expected_log(_probit_log_prob),
+    _probit_log_expected,
+    mean=lambda mu, var: norm.cdf(mu / jnp.sqrt(1.0 + var)),
+    prob_max=lambda y, scale=None: jnp.ones_like(y),
+    interval_max=_probit_interval_max,
+    mode=None,
+    distribution=lambda f, scale=None: dist.Bernoulli(probs=norm.cdf(f)),
+)
+
+# ----------------------------------------------------------------------------- Poisson
+
+
+def _poisson_log_prob(y, f, scale=None):
+    return y * f - jnp.exp(f) - gammaln(y + 1.0)
+
+
+def _poisson_expected_log(y, mu, var, scale=None, nodes=None):
+    return y * mu - jnp.exp(mu + 0.5 * var) - gammaln(y + 1.0)
+
+
+def _poisson_mode(y, scale=None):  # argmax_f: e^f = y (f → −∞ for y = 0, where p → 1)
+    return jnp.log(jnp.maximum(y, 1e-30))
+
+
+def _poisson_prob_max(y, scale=None):
+    return jnp.exp(_poisson_log_prob(y, _poisson_mode(y)))
+
+
+POISSON = Likelihood(
+    "poisson", False, "count", _poisson_log_prob, _poisson_expected_log,
+    _quadrature_log_expected(_poisson_log_prob),
+    mean=lambda mu, var: jnp.exp(mu + 0.5 * var),
+    prob_max=_poisson_prob_max,
+    interval_max=_unimodal_interval_max(_poisson_log_prob, _poisson_mode),
+    mode=_poisson_mode,
+    distribution=lambda f, scale=None: dist.Poisson(jnp.exp(f)),
+)
+
+
+def get(name: str, df: float = STUDENT_T_DF) -> Likelihood:
+    """The likelihood called ``name`` (one of :data:`LIKELIHOODS`)."""
+    if name == "gaussian":
+        return GAUSSIAN
+    if name == "student_t":
+        return student_t(df)
+    if name == "probit":
+        return PROBIT
+    if name == "poisson":
+        return POISSON
+    raise SSGPError(f"unknown likelihood {name!r}; known: {', '.join(LIKELIHOODS)}")
+
+
+def check_targets(lik: Likelihood, y, where: str = "targets") -> None:
+    """Binary targets must be 0/1, count targets non-negative integers: one clear error if not."""
+    y = np.asarray(y)
+    if lik.target == "binary" and not np.all((y == 0) | (y == 1)):
+        raise SSGPError(f"{where}: the {lik.name} likelihood needs 0/1 targets")
+    if lik.target == "count" and not (np.all(y >= 0) and np.all(y == np.round(y))):
+        raise SSGPError(f"{where}: the {lik.name} likelihood needs non-negative integer counts")
+
