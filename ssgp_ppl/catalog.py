@@ -157,6 +157,9 @@ SCHEMA: dict = {
                       choices=RULES),
         "gamma": Field((int, float), 0.0, "γ of the local rule", low=-1, high=1),
         "samples": Field(int, 200, "r, posterior draws averaged in the predictive", low=1),
+        "integrate_nuisance": Field(bool, False, "degenerate rule with a guide whose q(s | θ) is "
+                                    "Gaussian: integrate s per draw of θ (exact in s, as the DLM "
+                                    "objectives train it)"),
     },
 }
 

@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                        "[data] x_scaling")
         q.add_argument("--extra-noise-inputs", type=int, default=0, metavar="N",
                        help="append N uniform noise inputs (seed 004 §7.4, §7.6)")
+        q.add_argument("--threshold", type=float,
+                       help="probit entries: the class is 1 where the target exceeds this "
+                       "(default: the training split's median)")
         q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
         q.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a catalog key, e.g. --set m=50 --set svi.lr=0.005")
@@ -86,7 +89,8 @@ def _load_data(args, entry):
     return load(args.data, split=args.split, data_dir=args.data_dir, target=args.target,
                 subsample=args.subsample,
                 x_scaling=args.x_scaling or entry.config["data"]["x_scaling"],
-                extra_noise_inputs=args.extra_noise_inputs)
+                extra_noise_inputs=args.extra_noise_inputs,
+                target_kind=entry.spec(1).lik.target, threshold=args.threshold)
 
 
 def _entry(args):

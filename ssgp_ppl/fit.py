@@ -255,6 +255,7 @@ def fit(
     loo_seconds = 0.0
     t0 = time.perf_counter()
     desc = f"{entry.name}:{method}"
+    guide = None
     if method == "nuts":
         learned = spec.learned_sites()
         if learned and type2 is None:
@@ -332,7 +333,12 @@ def fit(
     t1 = time.perf_counter()
     pred = entry.config["predictive"]
     lik = spec.lik
-    mean, var, mean_f, var_f, var_y = predict(sites, data, pred["rule"], gamma=pred["gamma"],
+    pred_sites = sites
+    cond = getattr(guide, "nuisance_conditional", None) if method == "svi" else None
+    if pred["integrate_nuisance"] and cond is not None and pred["rule"] == "degenerate":
+        loc, tril = jax.vmap(lambda d: cond(params, d))(draws)
+        pred_sites = {**sites, "nuisance": loc, "nuisance_tril": tril}
+    mean, var, mean_f, var_f, var_y = predict(pred_sites, data, pred["rule"], gamma=pred["gamma"],
                                               partitions=partitions, lik=lik, lik_df=spec.df)
     predict_seconds = time.perf_counter() - t1
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))

@@ -8,7 +8,8 @@ Each likelihood is a set of pure functions of (y, f) or of a Gaussian q(f) = N(m
   for the Gaussian and the Poisson (log link), Gauss-Hermite quadrature otherwise;
 * ``log_expected_prob(y, mu, var, scale)``: log E_q[p(y | f)] = log q(y), the log-loss DLM term
   (seed 003 §1.1); closed form for the Gaussian (log N(y | mu, var + σ²)) and probit
-  (log Φ((2y − 1) mu / √(1 + var)), seed 003 §2), quadrature otherwise;
+  (log Φ((2y − 1) mu / √(1 + var)), seed 003 §2), quadrature otherwise (Laplace-centred for
+  the Poisson);
 * ``mean(mu, var)``: E_q[E[y | f]], the prediction ŷ of square-loss DLM (seed 003 §2) and the
   mean of the predictive; for the Poisson E_q[e^f] = exp(mu + var/2) (seed 003 supp. "Evaluation");
 * ``prob_max(y, scale)`` and ``interval_max(y, a, b, scale)``: ℓ_max = max_f p(y | f) and
@@ -21,11 +22,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
 from jax.scipy.stats import norm
+from scipy.special import gammaln as gammaln_np
+from scipy.special import roots_genlaguerre
 
 from ssgp_ppl.errors import SSGPError
 
@@ -69,10 +73,41 @@ def _quadrature_expected_log(log_prob):
     return expected_log_prob
 
 
-def _quadrature_log_expected(log_prob):
+def _quadrature_log_expected(log_prob, centred: bool = False):
+    """log ∫ N(f | mu, var) p(y | f) df by Gauss-Hermite quadrature.
+
+    ``centred`` (for a log-concave p): p(y | f) can be much narrower than q (a count of 17 under
+    q(f) = N(0.4, 1.7)) and nodes spread over q then miss it; the nodes are placed on N(f̂, ŝ²),
+    the Laplace approximation of q(f)p(y | f) (damped Newton steps from mu), and the integrand
+    is reweighted by q·p / N(f̂, ŝ²), an identity for any centre (~1e-9 relative with 32 nodes
+    for Poisson counts up to ~1000). Otherwise (Student-t: heavy tails, not log-concave, where
+    a narrow Laplace fit misses the tail mass under a wide q) the nodes are q's own.
+    """
+
     def log_expected_prob(y, mu, var, scale=None, nodes=QUADRATURE_NODES):
-        f, logw = _quad_points(mu, var, nodes)
-        return logsumexp(logw + log_prob(y[..., None], f, scale), axis=-1)
+        eps, logw = hermite(nodes)
+        sc = scale if scale is None or jnp.ndim(scale) == 0 else jnp.asarray(scale)[..., None]
+        if not centred:
+            pts = mu[..., None] + jnp.sqrt(var)[..., None] * eps
+            return logsumexp(jnp.asarray(logw, pts.dtype) + log_prob(y[..., None], pts, sc), axis=-1)
+
+        def dlp(f):
+            return jax.grad(lambda g: jnp.sum(log_prob(y, g, scale)))(f)
+
+        def d2lp(f):
+            return jax.grad(lambda g: jnp.sum(dlp(g)))(f)
+
+        m0, v0 = jax.lax.stop_gradient(mu), jax.lax.stop_gradient(var)
+        f = jnp.broadcast_to(m0, jnp.broadcast_shapes(jnp.shape(y), jnp.shape(m0))).astype(m0.dtype)
+        for _ in range(30):  # damped Newton: steps of at most 3 sd of q
+            step = ((m0 - f) / v0 + dlp(f)) / (1.0 / v0 - d2lp(f))
+            f = f + jnp.clip(step, -3.0 * jnp.sqrt(v0), 3.0 * jnp.sqrt(v0))
+        centre = jax.lax.stop_gradient(f)
+        sd = jax.lax.stop_gradient(1.0 / jnp.sqrt(1.0 / v0 - d2lp(f)))
+        pts = centre[..., None] + sd[..., None] * eps
+        log_int = (norm.logpdf(pts, mu[..., None], jnp.sqrt(var)[..., None])
+                   + log_prob(y[..., None], pts, sc) - norm.logpdf(pts, centre[..., None], sd[..., None]))
+        return logsumexp(jnp.asarray(logw, pts.dtype) + log_int, axis=-1)
 
     return log_expected_prob
 
@@ -114,6 +149,7 @@ GAUSSIAN = Likelihood(
 # ----------------------------------------------------------------------------- Student-t
 
 STUDENT_T_DF = 4.0
+SCALE_MIXTURE_NODES = 64
 
 
 def student_t(df: float = STUDENT_T_DF) -> Likelihood:
@@ -122,9 +158,19 @@ def student_t(df: float = STUDENT_T_DF) -> Likelihood:
     def log_prob(y, f, scale):
         return dist.StudentT(df, f, scale).log_prob(y)
 
+    # t_ν(y | f, σ) = ∫ N(y | f, σ²/w) Gamma(w | ν/2, ν/2) dw, so log E_q p = log E_w N(y | mu,
+    # var + σ²/w): generalised Gauss-Laguerre in w (smooth in w, unlike p in f under a wide q)
+    x, w = roots_genlaguerre(SCALE_MIXTURE_NODES, df / 2 - 1)
+    w_mix, log_wts = 2.0 * x / df, np.log(w) - gammaln_np(df / 2)
+
+    def log_expected_prob(y, mu, var, scale, nodes=None):
+        sd = jnp.sqrt(var[..., None] + jnp.asarray(scale)[..., None] ** 2 / w_mix) if jnp.ndim(
+            scale) else jnp.sqrt(var[..., None] + scale**2 / w_mix)
+        return logsumexp(log_wts + norm.logpdf(y[..., None], mu[..., None], sd), axis=-1)
+
     return Likelihood(
         "student_t", True, "continuous", log_prob, _quadrature_expected_log(log_prob),
-        _quadrature_log_expected(log_prob), mean=lambda mu, var: mu,
+        log_expected_prob, mean=lambda mu, var: mu,
         prob_max=lambda y, scale=None: jnp.exp(log_prob(y, y, scale)),
         interval_max=_unimodal_interval_max(log_prob, lambda y, s: y),
         mode=lambda y, scale=None: y,
@@ -178,7 +224,7 @@ def _poisson_prob_max(y, scale=None):
 
 POISSON = Likelihood(
     "poisson", False, "count", _poisson_log_prob, _poisson_expected_log,
-    _quadrature_log_expected(_poisson_log_prob),
+    _quadrature_log_expected(_poisson_log_prob, centred=True),
     mean=lambda mu, var: jnp.exp(mu + 0.5 * var),
     prob_max=_poisson_prob_max,
     interval_max=_unimodal_interval_max(_poisson_log_prob, _poisson_mode),

@@ -259,10 +259,17 @@ def marginal_predictive(x_train, y_train, x_test, frequencies, signal, noise):
     return phi_star @ w, noise**2 * jnp.sum(v**2, axis=0)
 
 
-def degenerate_predictive(x_test, frequencies, nuisance):
-    """γ = 1 test conditional f* = φ_θ(x*)ᵀ s (seed 001 Prop. 1 with γ = 1; VSSGP)."""
-    mean = spectral.features(x_test, frequencies) @ nuisance
-    return mean, jnp.zeros_like(mean)
+def degenerate_predictive(x_test, frequencies, nuisance, nuisance_tril=None):
+    """γ = 1 test conditional f* = φ_θ(x*)ᵀ s (seed 001 Prop. 1 with γ = 1; VSSGP).
+
+    With ``nuisance_tril`` L, ``nuisance`` is the mean of a Gaussian q(s | θ) = N(μ, LLᵀ) and s is
+    integrated out: f* | θ ~ N(φ*ᵀμ, ‖Lᵀφ*‖²) (the same predictive, Rao-Blackwellised over s).
+    """
+    phi = spectral.features(x_test, frequencies)
+    mean = phi @ nuisance
+    if nuisance_tril is None:
+        return mean, jnp.zeros_like(mean)
+    return mean, jnp.sum((phi @ nuisance_tril) ** 2, axis=-1)
 
 
 def local_conditional(x_test, test_block, x_train, y_train, blocks, mask, frequencies, nuisance,
@@ -351,7 +358,8 @@ def _marginal_draws(sites, x_train, y_train, x_test):
 
 @jax.jit
 def _degenerate_draws(sites, x_test):
-    return jax.lax.map(lambda st: degenerate_predictive(x_test, st["frequencies"], st["nuisance"]),
+    return jax.lax.map(lambda st: degenerate_predictive(x_test, st["frequencies"], st["nuisance"],
+                                                        st.get("nuisance_tril")),
                        sites, batch_size=DRAW_BATCH)
 
 
@@ -372,5 +380,6 @@ def predict_draws(rule: str, sites: dict, x_train, y_train, x_test, local: Local
     if rule == "degenerate":
         if "nuisance" not in sites:
             raise SSGPError("the degenerate predictive needs sampled nuisance variables s")
-        return _degenerate_draws({k: sites[k] for k in ("frequencies", "nuisance")}, x_test)
+        keep = ("frequencies", "nuisance", "nuisance_tril")
+        return _degenerate_draws({k: sites[k] for k in keep if k in sites}, x_test)
     raise SSGPError(f"unknown predictive rule {rule!r}; known: {', '.join(RULES)}")

@@ -147,8 +147,9 @@ def product_samples(key, lik: Likelihood, y, mu, var, scale, samples: int,
     Rejection sampling from h₂ = N(mu, n·var) with K = ℓ_max = max_f p(y | f): n is the largest
     n ≤ 10 with m₁ ≤ ℓ_max/√n, m₁ = max p(y | f) on [a, b] = mu ± r, r = √var·√(log n / (1 − 1/n))
     (the intersections of q and h₂); then K h₂ ≥ q·ℓ everywhere. Proposals are vectorised over
-    all entries and repeated until every entry has its draws. Returns (draws (samples, ...),
-    mean number of proposals per accepted draw).
+    all entries and repeated until every entry has its draws or ``max_rounds`` is reached (an
+    entry still without a draw then keeps mu: a bias, reported as the third output). Returns
+    (draws (samples, ...), rounds used, fraction of draws not accepted).
     """
     sd = jnp.sqrt(var)
     n = jnp.arange(1, WIDTHS + 1, dtype=mu.dtype)
@@ -179,7 +180,7 @@ def product_samples(key, lik: Likelihood, y, mu, var, scale, samples: int,
 
     init = (key, jnp.zeros(shape, bool), jnp.broadcast_to(mu, shape), 0)
     _, done, out, rounds = jax.lax.while_loop(cond, body, init)
-    return out, rounds
+    return out, rounds, 1.0 - jnp.mean(done)
 
 
 def ups_log_expected(key, lik: Likelihood, y, mu, var, scale, samples: int):
@@ -191,7 +192,7 @@ def ups_log_expected(key, lik: Likelihood, y, mu, var, scale, samples: int):
     a surrogate whose value is zero and whose gradient is that estimate.
     """
     k_value, k_ps = jax.random.split(key)
-    f, _ = product_samples(k_ps, lik, y, jax.lax.stop_gradient(mu), jax.lax.stop_gradient(var),
+    f, _, _ = product_samples(k_ps, lik, y, jax.lax.stop_gradient(mu), jax.lax.stop_gradient(var),
                            jax.lax.stop_gradient(scale), samples)
     f = jax.lax.stop_gradient(f)
     surrogate = jnp.mean(norm.logpdf(f, mu, jnp.sqrt(var)), axis=0)
@@ -218,12 +219,13 @@ def log_expected(key, lik: Likelihood, y, mu, var, scale, gradient: str, samples
 
 
 def _quadrature(lik, y, mu, var, scale, nodes):
-    from ssgp_ppl.likelihoods import hermite
+    """Gauss-Hermite with ``nodes`` nodes centred on the tilted density (closed form where exact)."""
+    from ssgp_ppl.likelihoods import _quadrature_log_expected
 
-    eps, logw = hermite(nodes)
-    f = mu[..., None] + jnp.sqrt(var)[..., None] * eps
-    s = scale if jnp.ndim(scale) == 0 else scale[..., None]
-    return logsumexp(jnp.asarray(logw, mu.dtype) + lik.log_prob(y[..., None], f, s), axis=-1)
+    if lik.name in ("gaussian", "probit"):
+        return lik.log_expected_prob(y, mu, var, scale)
+    return _quadrature_log_expected(lik.log_prob, centred=lik.name == "poisson")(y, mu, var, scale,
+                                                                               nodes)
 
 
 # ------------------------------------------------------------------------------ objectives
