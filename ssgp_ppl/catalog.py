@@ -106,8 +106,8 @@ SCHEMA: dict = {
             "beta": Field((int, float), 1.0, "β of the KL term (beta_elbo, dlm_*)", low=0),
             "gradient": Field(str, "exact", "log E_q p(y|f) in dlm_log: exact (Gaussian, probit) | "
                               "quadrature | bmc | ups (seed 003 §3-4)", choices=GRADIENTS),
-            "samples": Field(int, 10, "draws L of bmc/ups, quadrature nodes, or the mixture's "
-                             "score-function draws per component", low=1),
+            "mc_samples": Field(int, 10, "draws L of bmc/ups, quadrature nodes, or the mixture's "
+                                "score-function draws per component", low=1),
             "steps": Field(int, 5000, "SVI steps (upper bound)", low=1),
             "lr": Field((int, float), 0.01, "Adam step size", low=0, open_low=True),
             "lr_halflife": Field((int, float), 0.0, "halve the step size every this many steps "

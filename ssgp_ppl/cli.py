@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: the entry's own")
     f.add_argument("--steps", type=_positive, help="SVI/ML steps, or NUTS draws per chain")
     f.add_argument("--out", help="output directory (default runs/<model>-<data>-<method>)")
+    f.add_argument("--select-beta", action="store_true",
+                   help="pick β on a validation split of the training rows over [n, n/2, …, 0.01] "
+                   "(seed 003 §6.1), write beta_selection.json, then fit with it")
 
     c = add("compare", help="fit every method of an entry plus NUTS; write a report")
     data_args(c)
@@ -112,15 +115,28 @@ def _print_table(rows: list[dict], cols: list[str]) -> None:
 
 
 TABLE = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnlp", "crps",
-         "coverage_50", "coverage_90", "fit_seconds"]
+         "coverage_50", "coverage_90", "nll", "fit_seconds"]
 
 
-def _objective(methods: list[str]) -> str:
+def _columns(rows: list[dict]) -> list[str]:
+    """The table's columns: the regression metrics where there are any, else the classifier's /
+    count model's (error rate, MRE), with the exact test NLL in every case."""
+    cols = [c for c in TABLE if any(c in r for r in rows)]
+    extra = [c for c in ("objective", "beta", "error_rate", "mre") if any(c in r for r in rows)]
+    return cols[:-1] + extra + cols[-1:]
+
+
+def _objective(entry) -> str:
+    methods = entry.methods
     if methods[0] == "ncvmp":
         return "elbo (NCVMP)"
     if methods[0] == "local":
         return "elbo (NCVMP, per test point)"
-    return "elbo" if "svi" in methods else "marginal likelihood"
+    if "svi" not in methods:
+        return "marginal likelihood"
+    svi = entry.settings("svi")
+    obj = svi["objective"]
+    return obj if obj == "elbo" else f"{obj} (β = {svi['beta']:g})"
 
 
 def cmd_models(args) -> None:
@@ -130,7 +146,7 @@ def cmd_models(args) -> None:
     for name in list_entries():
         e = load_entry(name)
         rows.append({"name": name, "methods": ",".join(e.methods), "guide": e.guide_name,
-                     "objective": _objective(e.methods),
+                     "objective": _objective(e),
                      "description": e.description})
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
@@ -147,11 +163,19 @@ def cmd_fit(args) -> None:
     method = args.method or entry.methods[0]
     out = Path(args.out or f"runs/{entry.name}-{data.name}-{method}")
     out.mkdir(parents=True, exist_ok=True)
+    if args.select_beta:
+        from ssgp_ppl.selection import record, select_beta
+
+        sel = select_beta(entry, data, seed=args.seed, steps=args.steps)
+        write_json(out / "beta_selection.json", record(sel))
+        print(f"β = {sel.beta:g} (validation {sel.criterion} {min(sel.scores):.4g}, "
+              f"{len(sel.grid)} values, {sel.seconds:.0f} s)", file=sys.stderr)
+        entry = entry.with_overrides([f"inference.svi.beta={sel.beta!r}"])
     res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress)
     record = metrics_record(res, data)
     write_json(out / "metrics.json", record)
     write_datatree(out / "posterior.nc", res.datatree)
-    _print_table([record], TABLE)
+    _print_table([record], _columns([record]))
     print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)
 
 
@@ -162,7 +186,7 @@ def cmd_compare(args) -> None:
     data = _load_data(args, entry)
     out = Path(args.out or f"reports/{entry.name}-{data.name}")
     records = compare(entry, data, out, seed=args.seed, progress=not args.no_progress)
-    _print_table(records, TABLE)
+    _print_table(records, _columns(records))
     print(f"wrote {out / 'report.html'} and {out / 'comparison.json'}", file=sys.stderr)
 
 

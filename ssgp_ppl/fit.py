@@ -296,7 +296,7 @@ def fit(
             guide = entry.guide(spec, model)
             objective = make_objective(cfg["objective"], beta=cfg["beta"],
                                        particles=cfg["num_particles"], gradient=cfg["gradient"],
-                                       samples=cfg["samples"], guide_name=cfg["guide"])
+                                       samples=cfg["mc_samples"], guide_name=cfg["guide"])
             info.update(objective=cfg["objective"], beta=cfg["beta"])
             batch = cfg["batch_size"] or None
             per_step = min(pcfg["per_step"], partitions.count) if pcfg["per_step"] else 0
@@ -480,6 +480,7 @@ def metrics_record(result: FitResult, data: Dataset) -> dict:
         "n_train": data.n_train,
         "n_test": data.n_test,
         **{k: float(v) for k, v in result.metrics.items()},
+        **{k: result.info[k] for k in ("objective", "beta") if k in result.info},
         "fit_seconds": float(result.info["fit_seconds"]),
         "predict_seconds": float(result.info["predict_seconds"]),
     }

@@ -23,6 +23,7 @@ from ssgp_ppl import invariants
 from ssgp_ppl.calibration import loo_summary, nuts_health
 from ssgp_ppl.catalog import CatalogEntry
 from ssgp_ppl.datasets import Dataset
+from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.fit import FitResult, fit, metrics_record
 from ssgp_ppl.io import write_datatree, write_json, write_text_atomic
 from ssgp_ppl.metrics import DEFAULT_LEVELS as LEVELS
@@ -214,6 +215,10 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     corrected for VI draws), and for VI methods the posterior comparison with NUTS on the
     invariant quantities; for NUTS its health and modes. Returns the per-method records.
     """
+    lik = entry.spec(1).likelihood
+    if lik != "gaussian":
+        raise SSGPError(f"{entry.name}: compare's calibration report (coverage, PIT, CRPS) is for "
+                        f"Gaussian-likelihood entries; this one is {lik} (use `ssgp-ppl fit`)")
     out.mkdir(parents=True, exist_ok=True)
     results, records = [], []
     type2 = None

@@ -13,7 +13,7 @@ from ssgp_ppl.cli import main
 
 EXE = [sys.executable, "-m", "ssgp_ppl.cli"]
 KEYS = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnlp", "crps",
-        "coverage_50", "coverage_90", "fit_seconds", "predict_seconds"]
+        "coverage_50", "coverage_90", "nll", "fit_seconds", "predict_seconds"]
 
 
 def run(*args, **kw):
@@ -101,3 +101,29 @@ def test_fit_tan_local_autompg_with_progress_bar(tmp_path):
     assert rec["nmse"] < 0.25 and rec["mnlp"] < 2.9, rec
     dt = xr.open_datatree(out / "posterior.nc", engine="h5netcdf")
     assert dt["local_fits"]["mu_lambda"].shape == (1, 1, 80, 6)
+
+
+def test_fit_select_beta_writes_the_grid_and_refits(tmp_path):
+    """`fit --select-beta`: seed 003's grid [n, n/2, …, 0.01] on a validation split, then the fit."""
+    out = tmp_path / "dlm"
+    r = run("fit", "svbssgp_dlm_log", "--data", "pendulum", "--out", str(out), "--select-beta",
+            "--steps", "150", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    sel = json.loads((out / "beta_selection.json").read_text())
+    assert sel["grid"][0] == sel["n_inner"] == 315 - round(315 * 8 / 75)
+    assert sel["grid"][-1] == 0.01 and sel["beta"] in sel["grid"]
+    assert all(np.isfinite(sel["scores"])) and sel["criterion"] == "nll"
+    assert min(sel["scores"]) == sel["scores"][sel["grid"].index(sel["beta"])]
+    rec = json.loads((out / "metrics.json").read_text())
+    assert np.isfinite(rec["nll"]) and 0 < rec["nmse"] < 1.2
+
+
+def test_fit_probit_entry_from_the_cli(tmp_path):
+    out = tmp_path / "probit"
+    r = run("fit", "ssgp_probit", "--data", "autompg", "--out", str(out), "--steps", "400",
+            "--no-progress")
+    assert r.returncode == 0, r.stderr
+    rec = json.loads((out / "metrics.json").read_text())
+    assert rec["error_rate"] < 0.25 and rec["nll"] < np.log(2), rec
+    r = run("fit", "ssgp_probit", "--data", "autompg", "--threshold", "1000", "--out", str(out))
+    assert r.returncode == 2 and "single class" in r.stderr

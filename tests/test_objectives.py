@@ -137,9 +137,15 @@ def test_objectives_match_float64_reference_with_theta_fixed(precision):
         "dlm_square": np.sum((mu - yy) ** 2),
     }
     key = jax.random.PRNGKey(3)
-    got = {"beta_elbo": objectives.beta_elbo(key, params, model, g, x, y, beta=0.0),
-           "dlm_log": objectives.dlm_log(key, params, model, g, x, y, beta=0.0, particles=3),
-           "dlm_square": objectives.dlm_square(key, params, model, g, x, y, beta=0.0, particles=4)}
+
+    @jax.jit
+    def all_three(params):
+        return {"beta_elbo": objectives.beta_elbo(key, params, model, g, x, y, beta=0.0),
+                "dlm_log": objectives.dlm_log(key, params, model, g, x, y, beta=0.0, particles=3),
+                "dlm_square": objectives.dlm_square(key, params, model, g, x, y, beta=0.0,
+                                                    particles=4)}
+
+    got = all_three(params)
     rtol = 1e-9 if precision is np.float64 else 2e-4
     for k, ref in refs.items():
         np.testing.assert_allclose(float(got[k]), ref, rtol=rtol, err_msg=k)
@@ -184,7 +190,7 @@ def test_minibatch_objective_is_unbiased(x64):
     spec, model, g, params, x, y = _setup(n=40)
     params["frequencies_scale"] = jnp.full_like(params["frequencies_scale"], 1e-12)
     key = jax.random.PRNGKey(0)
-    full = float(objectives.dlm_log(key, params, model, g, x, y, beta=0.0))
+    full = float(jax.jit(lambda p: objectives.dlm_log(key, p, model, g, x, y, beta=0.0))(params))
 
     def batch(k):
         idx = jax.random.randint(k, (8,), 0, 40)
@@ -199,6 +205,7 @@ def test_dlm_log_gradients_check(x64):
     key = jax.random.PRNGKey(4)
     small = {k: params[k] for k in ("alpha_loc", "noise")}
 
+    @jax.jit
     def f(p):
         return objectives.dlm_log(key, {**params, **p}, model, g, x, y, beta=0.3, particles=2)
 
@@ -211,8 +218,8 @@ def test_square_loss_two_halves_unbiased_for_squared_mean(x64):
     keys = jax.random.split(jax.random.PRNGKey(6), 3000)
     two = np.asarray(jax.vmap(lambda k: objectives.dlm_square(k, params, model, g, x, y, beta=0.0,
                                                               particles=2))(keys))
-    many = float(objectives.dlm_square(jax.random.PRNGKey(7), params, model, g, x, y, beta=0.0,
-                                       particles=4000))
+    many = float(jax.jit(lambda p: objectives.dlm_square(jax.random.PRNGKey(7), p, model, g, x, y,
+                                                         beta=0.0, particles=4000))(params))
     one = np.asarray(jax.vmap(lambda k: objectives.dlm_square(k, params, model, g, x, y, beta=0.0,
                                                               particles=1))(keys))
     assert abs(two.mean() - many) < 4 * two.std() / math.sqrt(len(two)) + 0.01 * abs(many)

@@ -1,0 +1,87 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Beyond the ELBO: β-ELBO, log-loss and square-loss DLM (seed 003)
+#
+# The sVBSSGP model and joint affine guide (`svbssgp_dlm_log`) trained four ways on pendulum:
+#
+# * ELBO: Σᵢ E_q[−log p(yᵢ | fᵢ)] + KL(q ‖ p);
+# * β-ELBO: the same with β KL;
+# * log-loss DLM: Σᵢ −log E_q[p(yᵢ | fᵢ)] + β KL — the loss of the Bayesian predictor itself;
+# * square-loss DLM: Σᵢ (ŷᵢ − yᵢ)² + β KL with ŷ the predictive mean.
+#
+# β is picked on a validation split of the training rows over [n, n/2, …, 0.01] (seed 003 §6.1),
+# all β fitted at once (`vmap` over the SVI states). `SSGP_PPL_SMALL=1` (the test suite) uses short
+# runs and a three-value grid; `benchmarks/dlm_objectives.py` runs the full comparison on three data
+# sets and the probit / Poisson problems (its tables are in the README).
+
+# %%
+import json
+import os
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.datasets import load
+from ssgp_ppl.fit import fit
+from ssgp_ppl.selection import beta_grid, select_beta
+
+SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
+STEPS = 200 if SMALL else 3000
+data = load("pendulum")
+base = load_entry("svbssgp_dlm_log")
+grid = [10.0, 0.1] if SMALL else beta_grid(round(data.n_train * 67 / 75))
+
+# %% [markdown]
+# ## Validation loss as a function of β
+
+# %%
+selections, rows = {}, []
+for obj in ("beta_elbo", "dlm_log", "dlm_square"):
+    entry = base.with_overrides([f"objective={obj}"])
+    sel = select_beta(entry, data, grid, steps=STEPS)
+    selections[obj] = (entry, sel)
+fig, ax = plt.subplots(figsize=(6, 4))
+for obj, (_, sel) in selections.items():
+    scores = pd.Series(sel.scores, index=sel.grid)
+    ax.plot(scores.index, scores / scores.min(), marker="o", label=f"{obj} ({sel.criterion})")
+ax.set_xscale("log")
+ax.set_xlabel("β")
+ax.set_ylabel("validation loss / its minimum")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# ## Test metrics with the selected β (and the plain ELBO, β = 1)
+
+# %%
+res = fit(base.with_overrides(["objective=beta_elbo", "beta=1.0"]), data, steps=STEPS, progress=False)
+rows.append({"objective": "elbo", "beta": 1.0, **res.metrics})
+for obj, (entry, sel) in selections.items():
+    res = fit(entry.with_overrides([f"inference.svi.beta={sel.beta!r}"]), data, steps=STEPS,
+              progress=False)
+    rows.append({"objective": obj, "beta": sel.beta, **res.metrics})
+table = pd.DataFrame(rows)
+print(table[["objective", "beta", "nll", "nmse", "rmse", "coverage_90"]].to_string(
+    index=False, float_format=lambda v: f"{v:.3f}"))
+
+# %% [markdown]
+# ## The benchmark's tables (if `benchmarks/dlm_objectives.py` has written them)
+
+# %%
+path = Path("../reports/dlm/objectives.json")
+if path.exists():
+    recs = pd.DataFrame(json.loads(path.read_text())["records"])
+    print(recs[["dataset", "objective", "beta", "nll", "nmse"]].to_string(index=False))
