@@ -370,6 +370,9 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
             mc["likelihood"] not in ("gaussian", "probit"):
         raise SSGPError(f"{src}: inference.svi.gradient: 'exact' has no closed form under the "
                         f"{mc['likelihood']} likelihood; use quadrature, bmc or ups")
+    if mc["likelihood"] == "student_t" and mc["df"] <= 2:
+        raise SSGPError(f"{src}: model.df: the Student-t predictive needs df > 2 (finite "
+                        f"variance), got {mc['df']:g}")
     if mc["likelihood"] != "gaussian":
         if mc["nuisance"] != "sampled":
             raise SSGPError(f"{src}: model.nuisance: the {mc['likelihood']} likelihood needs "
@@ -379,9 +382,6 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
                             "'degenerate' (marginal and local are Gaussian closed forms)")
         if any(m in TAN_METHODS for m in methods) or "ml" in methods:
             raise SSGPError(f"{src}: inference.methods: ml, ncvmp and local are Gaussian-only")
-    if mc["likelihood"] == "student_t" and mc["df"] <= 2:
-        raise SSGPError(f"{src}: model.df: the Student-t predictive needs df > 2 (finite "
-                        f"variance), got {mc['df']:g}")
     if svi["guide"] == "mixture" and mc["spectral_density"] != "se" and "svi" in methods:
         raise SSGPError(f"{src}: inference.svi.guide: 'mixture' needs spectral_density = 'se'")
     entry = CatalogEntry(name, path, cfg)

@@ -118,11 +118,23 @@ GOOD = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = 
          ["model.noise.dist", "negative"]),
         (GOOD.replace('"marginalized"', '"sampled"') + "[inference.svi]\nbatch_size = 10\n"
          "[partitions]\nper_step = 2\n", ["batch_size", "per_step"]),
+        (GOOD + "[inference.svi]\nobjective = 'dlm_log'\n", ["inference.svi.objective", "sampled"]),
+        (GOOD.replace('"marginalized"', '"sampled"').replace('["ml"]', '["svi"]')
+         .replace("m = 5", "m = 5\nlikelihood = 'poisson'\nfrequencies = 'prior'", 1)
+         .replace('frequencies = "learned"\n', "")
+         + "[inference.svi]\nobjective = 'dlm_log'\n[predictive]\nrule = 'degenerate'\n",
+         ["inference.svi.gradient", "poisson"]),
+        (GOOD.replace("m = 5", "m = 5\nlikelihood = 'probit'"), ["model.nuisance", "probit"]),
+        (GOOD.replace('"marginalized"', '"sampled"').replace("m = 5", "m = 5\nlikelihood = 'probit'"),
+         ["predictive.rule", "degenerate"]),
+        (GOOD.replace("m = 5", "m = 5\nlikelihood = 'student_t'\ndf = 2"), ["model.df", "> 2"]),
+        (GOOD + "[inference.svi]\nobjective = 'kl'\n", ["inference.svi.objective", "kl"]),
     ],
     ids=["unknown-key", "wrong-type", "m-zero", "bad-role", "no-description", "nuts-no-latents",
          "nuts-first-learned",
          "svi-no-latents", "degenerate-marginal", "bad-density", "bad-guide", "neg-scale", "bad-toml",
-         "gamma-without-local", "normal-noise-prior", "batch-and-partitions"],
+         "gamma-without-local", "normal-noise-prior", "batch-and-partitions", "dlm-marginalized",
+         "exact-poisson", "probit-marginalized", "probit-marginal-rule", "student-df", "bad-objective"],
 )
 def test_bad_entry_names_file_and_key(tmp_path, text, words):
     with pytest.raises(SSGPError) as err:

@@ -511,3 +511,20 @@ def test_bad_arguments():
     with pytest.raises(SSGPError, match="target"):
         D.load("autompg", target="weight")
     assert D.load("autompg", target="mpg").target_name == "mpg"
+
+
+def test_binary_and_count_targets():
+    """Probit targets: 1 above the training median (or a threshold), unscaled; Poisson targets:
+    raw counts, which must be non-negative integers."""
+    d = D.load("autompg", target_kind="binary")
+    raw = D.load("autompg")
+    med = np.median(raw.y_scaler.inverse(raw.y_train))
+    np.testing.assert_array_equal(d.y_train, raw.y_scaler.inverse(raw.y_train) > med)
+    assert set(np.unique(d.y_test)) == {0.0, 1.0} and d.target_name == f"mpg > {med:g}"
+    assert float(d.y_scaler.scale) == 1.0 and float(d.y_scaler.mean) == 0.0
+    with pytest.raises(SSGPError, match="single class"):
+        D.load("autompg", target_kind="binary", threshold=1000.0)
+    with pytest.raises(SSGPError, match="non-negative integer count"):
+        D.load("pendulum", target_kind="count")
+    with pytest.raises(SSGPError, match="threshold applies only"):
+        D.load("pendulum", threshold=1.0)

@@ -122,3 +122,31 @@ def test_rao_blackwellised_score_gradient_is_unbiased(x64):
     ref = ref_ll + np.asarray(jax.grad(det)(params["alpha_loc"]))
     se = np.sqrt(grads.std(0) ** 2 / len(grads) + ref_se**2)
     assert np.all(np.abs(grads.mean(0) - ref) < 4.5 * se + 1e-6), (grads.mean(0) - ref) / se
+
+
+def test_rao_blackwellisation_lowers_the_variance(x64):
+    """The θ-mean gradients of avi_elbo (s integrated given θ, supp. §3) vary less than plain
+    score-function gradients that also draw s (same draws per component, same baseline)."""
+    spec, model, g, params, x, y = _setup()
+    m = spec.m
+    loc, scale = params["alpha_loc"], params["alpha_scale"]
+
+    def plain(key, loc):
+        eps = jax.random.normal(key, (loc.shape[0], 8, loc.shape[1]))
+        a = jax.lax.stop_gradient(loc[:, None] + scale[:, None] * eps)
+
+        def ll(ak):
+            phi = spectral.features(x, ak[:m].reshape(m, 1))
+            return jnp.sum(jax.scipy.stats.norm.logpdf(y, phi @ ak[m:], params["noise"]))
+
+        c = jax.vmap(jax.vmap(ll))(a)
+        base = (c.sum(1, keepdims=True) - c) / 7
+        logq = dist.Normal(loc[:, None], scale[:, None]).log_prob(a).sum(-1)
+        return jnp.mean((c - base) * logq)
+
+    keys = jax.random.split(jax.random.PRNGKey(5), 1500)
+    g_plain = np.asarray(jax.jit(jax.vmap(lambda k: jax.grad(plain, argnums=1)(k, loc)))(keys))
+    g_rb = np.asarray(jax.jit(jax.vmap(lambda k: jax.grad(
+        lambda p: -mixture.avi_elbo(k, p, model, g, x, y, samples=8))(params)["alpha_loc"]))(keys))
+    v_plain, v_rb = g_plain[..., :m].var(0).sum(), g_rb[..., :m].var(0).sum()
+    assert v_rb < 0.75 * v_plain, (v_rb, v_plain)  # measured: 0.52 × on this problem
