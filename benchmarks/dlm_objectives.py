@@ -50,6 +50,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", nargs="+", default=["pendulum", "autompg", "concrete"])
     p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--particles", type=int, default=4, help="θ draws per step (num_particles)")
     p.add_argument("--skip-nonconjugate", action="store_true")
     args = p.parse_args()
     base = load_entry("svbssgp_dlm_log")
@@ -58,7 +59,8 @@ def main() -> None:
         data = load(name)
         for label, obj, select in (("elbo", "beta_elbo", False), ("beta_elbo", "beta_elbo", True),
                                    ("dlm_log", "dlm_log", True), ("dlm_square", "dlm_square", True)):
-            entry = base.with_overrides([f"objective={obj}", "beta=1.0"])
+            entry = base.with_overrides([f"objective={obj}", "beta=1.0",
+                                         f"num_particles={args.particles}"])
             out.append(run(entry, data, label, args.steps, select))
     if not args.skip_nonconjugate:
         problems = [("ssgp_probit", load("autompg", target_kind="binary"), "dlm_log", []),
@@ -67,10 +69,12 @@ def main() -> None:
         for name, data, dlm, extra in problems:
             for label, obj, select in (("elbo", "beta_elbo", False), ("beta_elbo", "beta_elbo", True),
                                        (dlm, dlm, True)):
-                entry = load_entry(name).with_overrides([f"objective={obj}", "beta=1.0"] + extra)
+                entry = load_entry(name).with_overrides([f"objective={obj}", "beta=1.0",
+                                                         f"num_particles={args.particles}"] + extra)
                 out.append(run(entry, data, label, args.steps, select) | {"model": name})
     print(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} cpu",
-                      "python": platform.python_version(), "steps": args.steps, "records": out},
+                      "python": platform.python_version(), "steps": args.steps,
+                      "particles": args.particles, "records": out},
                      indent=1))
 
 

@@ -127,21 +127,27 @@ def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = N
         bad = [b for b, v in zip(grid, np.asarray(values[:, -1]), strict=True) if not np.isfinite(v)]
         raise SSGPError(f"{entry.name}: the objective became NaN/inf for β = {bad}")
     pred = entry.config["predictive"]
-    scores = []
     lik = spec.lik
-    for i in range(len(grid)):
-        p = jax.tree.map(lambda a, i=i: a[i], params)
+    latent = spec.latent_sites()
+
+    @jax.jit
+    def moments(p):  # per-draw f moments at the validation inputs, compiled once for all β
         draws = guide_draws(guide, p, x, y, num_samples=pred["samples"], seed=seed + 1)
-        draws = {k: v for k, v in draws.items() if k in spec.latent_sites()}
+        draws = {k: v for k, v in draws.items() if k in latent}
         sites = site_values(model, p, draws, x[:1])
         mean_f, var_f = _moments(guide, p, draws, sites, inner, pred)
-        y_val = np.asarray(inner.y_test)
+        return mean_f, var_f, sites.get("noise")
+
+    scores = []
+    y_val = np.asarray(inner.y_test)
+    for i in range(len(grid)):
+        mean_f, var_f, noise = moments(jax.tree.map(lambda a, i=i: a[i], params))
         if kind == "dlm_square":
             yhat = np.asarray(lik.mean(mean_f, var_f)).mean(0)
             scores.append(float(np.mean((yhat - y_val) ** 2)))
         else:
             scores.append(likelihood_metrics(lik, y_val, y_val, np.asarray(mean_f),
-                                             np.asarray(var_f), sites.get("noise"))["nll"])
+                                             np.asarray(var_f), noise)["nll"])
     best = int(np.nanargmin(scores))
     return BetaSelection(grid, scores, "mse" if kind == "dlm_square" else "nll", grid[best],
                          inner.n_train, inner.n_test, time.perf_counter() - t0)

@@ -107,7 +107,7 @@ def test_fit_select_beta_writes_the_grid_and_refits(tmp_path):
     """`fit --select-beta`: seed 003's grid [n, n/2, …, 0.01] on a validation split, then the fit."""
     out = tmp_path / "dlm"
     r = run("fit", "svbssgp_dlm_log", "--data", "pendulum", "--out", str(out), "--select-beta",
-            "--steps", "150", "--no-progress")
+            "--steps", "100", "--no-progress")
     assert r.returncode == 0, r.stderr
     sel = json.loads((out / "beta_selection.json").read_text())
     assert sel["grid"][0] == sel["n_inner"] == 315 - round(315 * 8 / 75)
