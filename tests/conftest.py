@@ -39,11 +39,3 @@ def pendulum():
     """The bundled pendulum data set (standardised on its training split), loaded once."""
     return datasets.load("pendulum")
 
-
-def pytest_collection_modifyitems(config, items):
-    """Longest files first: the notebooks (one worker runs them in order, ~6 min) and the README's
-    fresh-clone main job (~4.5 min) start at once instead of last, where one xdist worker was left
-    alone with them (xdist's default orders files by test count: pyproject passes
-    --no-loadscope-reorder so that this order holds)."""
-    first = {"test_notebooks.py": 0, "test_readme.py": 1}
-    items.sort(key=lambda item: first.get(item.path.name, 2))

@@ -10,6 +10,10 @@ import jupytext
 import pytest
 from nbclient import NotebookClient
 
+# one worker runs them all, in this order (xdist --dist loadgroup): calibration reads the reports
+# the others write; as the largest group xdist starts it first
+pytestmark = pytest.mark.xdist_group("notebooks")
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.py"),
                    key=lambda p: (p.stem == "calibration", p.stem))
 
