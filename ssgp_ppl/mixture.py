@@ -70,6 +70,7 @@ def mixture_guide(spec, components: int = 3, init_scale: float = 0.1, spread: fl
         numpyro.sample("nuisance", dist.Delta(alpha[n_theta:], event_dim=1))
 
     guide.components = components
+    guide.elbo = avi_elbo  # the catalog's objective = "elbo" with this guide
     return guide
 
 

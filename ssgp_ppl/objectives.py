@@ -22,7 +22,8 @@ Otherwise s is drawn too (vᵢ = 0). The remaining expectation over θ is Monte 
 ``particles`` draws (for log-loss DLM: −log of the average over particles, biased like bMC).
 
 **Log-expectation terms for non-conjugate likelihoods** (``gradient``; seed 003 §3-4, supp. §1):
-``exact`` (closed form: Gaussian, probit), ``quadrature`` (Gauss-Hermite with ``samples`` nodes),
+``exact`` (closed form: Gaussian, probit), ``quadrature`` (the likelihood's rule with ``samples``
+nodes: Laplace-centred Gauss-Hermite for the Poisson, scale-mixture Gauss-Laguerre for Student-t),
 ``bmc`` (−log of the mean of ``samples`` draws fᵢ ~ q(fᵢ | rest), reparameterised; biased),
 ``ups`` (unbiased product sampling: the gradient is the mean over ``samples`` draws from
 q̃(f) ∝ q(f) p(y | f) of ∇ log q(f), drawn by the supplement's rejection sampler).
@@ -209,23 +210,13 @@ def log_expected(key, lik: Likelihood, y, mu, var, scale, gradient: str, samples
             raise SSGPError(f"gradient 'exact': log E_q p(y | f) has no closed form under the "
                             f"{lik.name} likelihood (use quadrature, bmc or ups)")
         return lik.log_expected_prob(y, mu, var, scale)
-    if gradient == "quadrature":
-        return _quadrature(lik, y, mu, var, scale, samples)
+    if gradient == "quadrature":  # the likelihood's own rule with ``samples`` nodes
+        return lik.log_expected_prob(y, mu, var, scale, nodes=samples)
     if gradient == "bmc":
         return bmc_log_expected(key, lik, y, mu, var, scale, samples)
     if gradient == "ups":
         return ups_log_expected(key, lik, y, mu, var, scale, samples)
     raise SSGPError(f"unknown gradient estimator {gradient!r}; known: {', '.join(GRADIENTS)}")
-
-
-def _quadrature(lik, y, mu, var, scale, nodes):
-    """Gauss-Hermite with ``nodes`` nodes centred on the tilted density (closed form where exact)."""
-    from ssgp_ppl.likelihoods import _quadrature_log_expected
-
-    if lik.name in ("gaussian", "probit"):
-        return lik.log_expected_prob(y, mu, var, scale)
-    return _quadrature_log_expected(lik.log_prob, centred=lik.name == "poisson")(y, mu, var, scale,
-                                                                               nodes)
 
 
 # ------------------------------------------------------------------------------ objectives
@@ -300,20 +291,20 @@ class Objective:
                 "mutable_state": None}
 
 
-def make_objective(name: str, *, beta: float = 1.0, particles: int = 1, gradient: str = "exact",
-                   samples: int = 10, guide_name: str = "") -> Objective | None:
-    """The catalog's ``objective`` as a loss for SVI; None means NumPyro's Trace_ELBO (β = 1)."""
-    if guide_name == "mixture" and name == "elbo":
-        from ssgp_ppl.mixture import avi_elbo
-
-        return Objective(avi_elbo, samples=max(samples, 2))
+def make_objective(name: str, *, beta: float | None = 1.0, particles: int = 1,
+                   gradient: str = "exact", samples: int = 10, guide=None) -> Objective | None:
+    """The catalog's ``objective`` as a loss for SVI. ``elbo`` is the guide's own estimator where
+    it has one (``guide.elbo``: the mixture's seed-002 estimator), else None, i.e. NumPyro's
+    Trace_ELBO. ``beta=None`` leaves β unbound, to be passed with each update (β selection)."""
     if name == "elbo":
-        return None
-    if name == "beta_elbo":
-        return Objective(beta_elbo, beta=beta, particles=particles)
+        own = getattr(guide, "elbo", None)
+        return None if own is None else Objective(own, samples=max(samples, 2))
+    fns = {"beta_elbo": beta_elbo, "dlm_log": dlm_log, "dlm_square": dlm_square}
+    if name not in fns:
+        raise SSGPError(f"unknown objective {name!r}; known: {', '.join(OBJECTIVES)}")
+    options: dict = {"particles": max(particles, 2) if name == "dlm_square" else particles}
     if name == "dlm_log":
-        return Objective(dlm_log, beta=beta, particles=particles, gradient=gradient,
-                         samples=samples)
-    if name == "dlm_square":
-        return Objective(dlm_square, beta=beta, particles=max(particles, 2))
-    raise SSGPError(f"unknown objective {name!r}; known: {', '.join(OBJECTIVES)}")
+        options.update(gradient=gradient, samples=samples)
+    if beta is not None:
+        options["beta"] = beta
+    return Objective(fns[name], **options)

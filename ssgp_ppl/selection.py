@@ -25,7 +25,7 @@ from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.inference import batch_sampler, guide_draws, site_values
 from ssgp_ppl.metrics import likelihood_metrics
-from ssgp_ppl.objectives import Objective, beta_elbo, dlm_log, dlm_square
+from ssgp_ppl.objectives import make_objective
 
 VALIDATION_FRACTION = 8 / 75
 
@@ -67,9 +67,6 @@ class BetaSelection(NamedTuple):
     seconds: float
 
 
-_FUNCTIONS = {"beta_elbo": beta_elbo, "dlm_log": dlm_log, "dlm_square": dlm_square}
-
-
 def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = None, *,
                 seed: int = 0, steps: int | None = None, fraction: float = VALIDATION_FRACTION
                 ) -> BetaSelection:
@@ -77,7 +74,7 @@ def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = N
     training rows, score on the validation rows, pick the best (seed 003 §6.1)."""
     cfg = entry.settings("svi")
     kind = cfg["objective"]
-    if kind not in _FUNCTIONS:
+    if kind not in ("beta_elbo", "dlm_log", "dlm_square"):
         raise SSGPError(f"{entry.name}: β selection needs objective = beta_elbo, dlm_log or "
                         f"dlm_square (inference.svi.objective is '{kind}')")
     if entry.methods[0] != "svi":
@@ -90,11 +87,8 @@ def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = N
     spec = entry.spec(data.n_features)
     model = entry.model(spec)
     guide = entry.guide(spec, model)
-    particles = cfg["num_particles"] if kind != "dlm_square" else max(cfg["num_particles"], 2)
-    options: dict = {"particles": particles}
-    if kind == "dlm_log":
-        options.update(gradient=cfg["gradient"], samples=cfg["mc_samples"])
-    loss = Objective(_FUNCTIONS[kind], **options)  # β comes with each update
+    loss = make_objective(kind, beta=None, particles=cfg["num_particles"],  # β with each update
+                          gradient=cfg["gradient"], samples=cfg["mc_samples"])
     n_steps = cfg["steps"] if steps is None else steps
     lr, half = cfg["lr"], cfg["lr_halflife"]
     step_size = lr if not half else (lambda t: lr * 0.5 ** (t / half))

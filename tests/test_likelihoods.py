@@ -50,12 +50,11 @@ def test_expectations_match_dense_quadrature(name, x64):
             peak = [np.log(max(y, 1e-3))] if name == "poisson" else [y] if scale else None
             ref_le = np.log(_dense(lambda f, y=y: np.exp(_scipy_logpdf(name, y, f, scale)), mu, var,
                                    peak))
-            # Student-t: E log p by Gauss-Hermite (3e-5 relative); log E p by the scale-mixture
-            # Gauss-Laguerre rule, 3e-5 relative where q is wide, 2e-3 with y far in the tail
+            # Student-t: E log p by Gauss-Hermite, log E p by the scale-mixture Gauss-Laguerre rule
+            # (256 nodes): each ≤ 3e-5 relative
             rtol = 1e-4 if name == "student_t" else 1e-7
             np.testing.assert_allclose(float(lik.expected_log_prob(*args)), ref_el, rtol=rtol, atol=1e-8)
-            np.testing.assert_allclose(float(lik.log_expected_prob(*args)), ref_le,
-                                       rtol=20 * rtol if name == "student_t" else rtol, atol=1e-8)
+            np.testing.assert_allclose(float(lik.log_expected_prob(*args)), ref_le, rtol=rtol, atol=1e-8)
             np.testing.assert_allclose(float(lik.log_prob(y, mu, scale)), _scipy_logpdf(name, y, mu, scale),
                                        rtol=1e-10)
 
@@ -94,12 +93,7 @@ def test_closed_forms_have_correct_gradients(x64):
                 (jnp.asarray([0.2]), jnp.asarray([0.5])), order=2, modes=["rev"])
 
 
-def test_bad_targets_are_named():
-    likelihoods.check_targets(likelihoods.PROBIT, [0, 1, 1])
-    with pytest.raises(SSGPError, match="0/1"):
-        likelihoods.check_targets(likelihoods.PROBIT, [0, 2])
-    with pytest.raises(SSGPError, match="non-negative integer"):
-        likelihoods.check_targets(likelihoods.POISSON, [1.5])
+def test_unknown_likelihood_is_named():
     with pytest.raises(SSGPError, match="unknown likelihood"):
         likelihoods.get("logit")
 

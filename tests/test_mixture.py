@@ -78,7 +78,7 @@ def _setup(m=3, n=25):
     from numpyro.infer import SVI
 
     from ssgp_ppl.objectives import make_objective
-    svi = SVI(model, g, numpyro.optim.Adam(0.01), make_objective("elbo", guide_name="mixture"))
+    svi = SVI(model, g, numpyro.optim.Adam(0.01), make_objective("elbo", guide=g))
     params = svi.get_params(svi.init(jax.random.PRNGKey(0), x, y))
     params["alpha_scale"] = params["alpha_scale"] * 3.0
     return spec, model, g, params, x, y
