@@ -1,10 +1,40 @@
 """Shared fixtures: float32/float64 switching (restoring the previous setting) and the pendulum data."""
 
-import jax
-import numpy as np
-import pytest
+import os
+from pathlib import Path
 
-from ssgp_ppl import datasets
+# JAX's persistent compilation cache, shared by both xdist workers and every subprocess they start
+# (CLI runs, notebook kernels, the README job): most of the suite's time is XLA compiling the same
+# fits of the same entries on the same data; a clean clone starts it empty. Set before JAX starts.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+# Each xdist worker (and the CLI / notebook subprocesses it starts, which inherit this) on a core of
+# its own: XLA's CPU thread pool sizes itself to the machine, and two workers' pools on 2 cores
+# slowed vmapped fits up to 15× (a β selection took 346 s beside the other worker, 23 s alone).
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw") and hasattr(os, "sched_setaffinity"):
+    _cpus = sorted(os.sched_getaffinity(0))
+    if len(_cpus) >= 2:
+        os.sched_setaffinity(0, {_cpus[int(_worker[2:]) % len(_cpus)]})
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from ssgp_ppl import datasets  # noqa: E402
+
+LONGEST = ("test_notebooks.py::", "test_properties.py::", "test_tan.py::", "test_report.py::",
+           "test_checkpoint.py::test_cli_sigint")
+
+
+def pytest_collection_modifyitems(items):
+    """The longest tests first (the notebooks, the property-based fits, …): xdist's
+    ``--dist worksteal`` queues tests in this order and an idle worker takes the other's queued
+    ones, so the run ends with short tests on both workers, not one long test on one."""
+    rank = {id(item): next((i for i, key in enumerate(LONGEST) if key in item.nodeid), len(LONGEST))
+            for item in items}
+    items.sort(key=lambda item: rank[id(item)])  # stable: the order within each rank is kept
 
 
 def _set_x64(enabled: bool):
