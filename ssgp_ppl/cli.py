@@ -12,7 +12,10 @@ import os
 import sys
 from pathlib import Path
 
+from ssgp_ppl.checkpoint import DEFAULT_EVERY  # numpy only: JAX starts after the flags are set
+
 CHAINS_DEVICES = 4  # host devices so that 4 NUTS chains run in parallel
+
 
 
 def _positive(text: str) -> int:
@@ -23,6 +26,42 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+# the fit arguments a run directory's run.json records (what --resume restores)
+RUN_ARGS = ("model", "data", "target", "split", "subsample", "data_dir", "x_scaling",
+            "extra_noise_inputs", "threshold", "seed", "sets", "x64", "method", "steps",
+            "select_beta", "checkpoint_every")
+
+
+def _resume_args(args) -> None:
+    """``fit --resume DIR``: the recorded run's arguments, output into DIR."""
+    from ssgp_ppl.errors import SSGPError
+
+    if args.model is not None or args.data is not None:
+        raise SSGPError(f"--resume {args.resume} continues the run recorded in "
+                        f"{Path(args.resume) / 'run.json'}; give no model or --data")
+    path = Path(args.resume) / "run.json"
+    if not path.is_file():
+        raise SSGPError(f"{path} not found: --resume takes a run directory written by "
+                        "`ssgp-ppl fit --out DIR`")
+    try:
+        saved = json.loads(path.read_text())
+        for k in RUN_ARGS:
+            setattr(args, k, saved[k])
+    except (ValueError, KeyError, TypeError) as e:
+        raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
+    args.out = args.resume
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,9 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     m = add("models", help="list the catalog entries")
     m.add_argument("--json", action="store_true", help="machine-readable output")
 
-    def data_args(q):
-        q.add_argument("model", help="catalog entry name (see `ssgp-ppl models`) or a .toml path")
-        q.add_argument("--data", required=True, help="data set name or CSV/Parquet path")
+    def data_args(q, resumable=False):
+        q.add_argument("model", nargs="?" if resumable else None,
+                       help="catalog entry name (see `ssgp-ppl models`) or a .toml path")
+        q.add_argument("--data", required=not resumable, help="data set name or CSV/Parquet path")
         q.add_argument("--target", help="target column of a CSV/Parquet file (default: last)")
         q.add_argument("--split", type=int, default=0, help="split index / seed (default 0)")
         q.add_argument("--subsample", type=_positive, help="rows to draw from a large data set")
@@ -61,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     f = add("fit", help="fit a catalog model, write metrics.json and posterior.nc")
-    data_args(f)
+    data_args(f, resumable=True)
     f.add_argument("--method", choices=("svi", "nuts", "ml", "ncvmp", "local"),
                    help="default: the entry's own")
     f.add_argument("--steps", type=_positive, help="SVI/ML steps, or NUTS draws per chain")
@@ -69,6 +109,12 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--select-beta", action="store_true",
                    help="pick β on a validation split of the training rows over [n, n/2, …, 0.01] "
                    "(seed 003 §6.1), write beta_selection.json, then fit with it")
+    f.add_argument("--checkpoint-every", type=_non_negative, default=DEFAULT_EVERY, metavar="N",
+                   help=f"svi/ml: save the optimiser state to OUT/checkpoint.npz every N steps "
+                   f"(atomically; default {DEFAULT_EVERY}; 0: never)")
+    f.add_argument("--resume", metavar="DIR",
+                   help="continue the run in DIR (its run.json and checkpoint.npz; give no model "
+                   "or --data): the same final parameters as an uninterrupted run")
 
     c = add("compare", help="fit every method of an entry plus NUTS; write a report")
     data_args(c)
@@ -77,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _setup_jax(x64: bool) -> None:
+    """Host devices for parallel NUTS chains and the float width, before JAX starts."""
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_force_host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={CHAINS_DEVICES}"
@@ -152,9 +199,11 @@ def cmd_models(args) -> None:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
         _print_table(rows, ["name", "methods", "guide", "objective", "description"])
+    return 0
 
 
-def cmd_fit(args) -> None:
+def cmd_fit(args) -> int:
+    from ssgp_ppl.checkpoint import Checkpoint
     from ssgp_ppl.fit import fit, metrics_record
     from ssgp_ppl.io import write_datatree, write_json
 
@@ -163,20 +212,41 @@ def cmd_fit(args) -> None:
     method = args.method or entry.methods[0]
     out = Path(args.out or f"runs/{entry.name}-{data.name}-{method}")
     out.mkdir(parents=True, exist_ok=True)
+    if not args.resume:
+        write_json(out / "run.json", {k: getattr(args, k) for k in RUN_ARGS})
+    checkpoint = None
+    if method in ("svi", "ml") and (args.checkpoint_every or args.resume):
+        checkpoint = Checkpoint(out / "checkpoint.npz", every=args.checkpoint_every or 10**12,
+                                resume=bool(args.resume))
+    elif args.resume:
+        from ssgp_ppl.errors import SSGPError
+
+        raise SSGPError(f"method {method!r} does not checkpoint: nothing to resume in {out}")
     if args.select_beta:
         from ssgp_ppl.selection import record, select_beta
 
-        sel = select_beta(entry, data, seed=args.seed, steps=args.steps)
-        write_json(out / "beta_selection.json", record(sel))
-        print(f"β = {sel.beta:g} (validation {sel.criterion} {min(sel.scores):.4g}, "
-              f"{len(sel.grid)} values, {sel.seconds:.0f} s)", file=sys.stderr)
-        entry = entry.with_overrides([f"inference.svi.beta={sel.beta!r}"])
-    res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress)
+        saved = out / "beta_selection.json"
+        if args.resume and saved.is_file():  # the selection finished before the interruption
+            beta = json.loads(saved.read_text())["beta"]
+        else:
+            sel = select_beta(entry, data, seed=args.seed, steps=args.steps)
+            write_json(saved, record(sel))
+            beta = sel.beta
+            print(f"β = {sel.beta:g} (validation {sel.criterion} {min(sel.scores):.4g}, "
+                  f"{len(sel.grid)} values, {sel.seconds:.0f} s)", file=sys.stderr)
+        entry = entry.with_overrides([f"inference.svi.beta={beta!r}"])
+    res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress,
+              checkpoint=checkpoint)
     record = metrics_record(res, data)
     write_json(out / "metrics.json", record)
     write_datatree(out / "posterior.nc", res.datatree)
     _print_table([record], _columns([record]))
     print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)
+    if res.info.get("interrupted"):
+        print(f"ssgp-ppl: interrupted at step {res.info['steps']}; metrics so far written; "
+              f"continue with: ssgp-ppl fit --resume {out}", file=sys.stderr)
+        return 130
+    return 0
 
 
 def cmd_compare(args) -> None:
@@ -188,17 +258,23 @@ def cmd_compare(args) -> None:
     records = compare(entry, data, out, seed=args.seed, progress=not args.no_progress)
     _print_table(records, _columns(records))
     print(f"wrote {out / 'report.html'} and {out / 'comparison.json'}", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "fit" and not args.resume and (args.model is None or args.data is None):
+        parser.error("fit needs a model and --data (or --resume DIR)")
     try:
-        if args.command != "models":
-            _setup_jax(args.x64)
         from ssgp_ppl.errors import SSGPError
 
         try:
-            {"models": cmd_models, "fit": cmd_fit, "compare": cmd_compare}[args.command](args)
+            if getattr(args, "resume", None):
+                _resume_args(args)  # before JAX starts: the run may be float64
+            if args.command != "models":
+                _setup_jax(args.x64)
+            return {"models": cmd_models, "fit": cmd_fit, "compare": cmd_compare}[args.command](args)
         except (SSGPError, OSError, ValueError) as e:  # bad input: one line, exit 2
             if args.debug:
                 raise
@@ -208,7 +284,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ssgp-ppl: interrupted", file=sys.stderr)
         return 130
-    return 0
 
 
 if __name__ == "__main__":

@@ -231,6 +231,9 @@ def load(
     if not isinstance(name_or_path, str | os.PathLike):
         raise SSGPError(f"data set must be a name or a file path, got {name_or_path!r}")
     raw_name = os.fspath(name_or_path)
+    if data_dir is not None and not Path(data_dir).expanduser().is_dir():  # even for bundled sets
+        raise SSGPError(f"data directory '{Path(data_dir).expanduser()}' does not exist (check "
+                        "--data-dir or $SSGP_PPL_DATA)")
     key = raw_name.strip().lower()
     key = _ALIASES.get(key, key)
 

@@ -15,6 +15,7 @@ per draw) and are reported in the original units of the target.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from typing import NamedTuple
 
@@ -30,6 +31,8 @@ from scipy.special import ndtr
 
 from ssgp_ppl import invariants, likelihoods, ncvmp, spectral
 from ssgp_ppl.catalog import METHODS, TAN_METHODS, CatalogEntry
+from ssgp_ppl.checkpoint import Checkpoint
+from ssgp_ppl.checkpoint import fingerprint as checkpoint_fingerprint
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import initial_values, nuts_init
@@ -41,8 +44,9 @@ from ssgp_ppl.inference import (
     run_svi,
     site_values,
 )
+from ssgp_ppl.linalg import check_finite
 from ssgp_ppl.metrics import likelihood_metrics, mixture_moments, regression_metrics
-from ssgp_ppl.model import local_data, predict_draws
+from ssgp_ppl.model import check_test_inputs, local_data, predict_draws
 from ssgp_ppl.neighbourhoods import local_predict
 from ssgp_ppl.objectives import make_objective
 from ssgp_ppl.partitions import Partitions
@@ -181,7 +185,7 @@ def _assemble(*, sites: dict | None, chains: int, data: Dataset, mean_f, var_f,
 
 
 def predict(sites: dict, data: Dataset, rule: str, *, gamma: float = 0.0,
-            partitions: Partitions | None = None, x_test=None, lik=None, lik_df: float = 4.0):
+            partitions: Partitions | None = None, x_test=None, lik=None):
     """Predictive of y* at ``x_test`` (default: the test split) from per-draw site values.
 
     Returns (mean, var) of y* in original units (moment-matched mixture over the S draws) and
@@ -201,9 +205,7 @@ def predict(sites: dict, data: Dataset, rule: str, *, gamma: float = 0.0,
         rate = np.exp(mf + 0.5 * vf)  # E[e^f], E[e^{2f}] per draw; Var y = E rate + Var rate
         mean = rate.mean(0)
         return mean, mean + np.mean(np.exp(2 * mf + 2 * vf), 0) - mean**2, mean_f, var_f, var_f
-    var_y = var_f + sites["noise"][:, None] ** 2
-    if lik.name == "student_t":  # Var of t_ν(0, σ) is σ² ν/(ν − 2) (the catalog asks ν > 2)
-        var_y = var_f + sites["noise"][:, None] ** 2 * lik_df / (lik_df - 2)
+    var_y = var_f + lik.noise_variance(sites["noise"][:, None])
     mean, var = mixture_moments(np.asarray(mean_f, np.float64), np.asarray(var_y, np.float64))
     mean = np.asarray(data.y_scaler.inverse(mean))
     var = var * np.asarray(data.y_scaler.scale) ** 2
@@ -221,6 +223,7 @@ def fit(
     type2: dict | None = None,
     partitions: Partitions | None = None,
     spectral_points=None,
+    checkpoint: Checkpoint | None = None,
 ) -> FitResult:
     """Fit ``entry`` on ``data`` with ``method`` (default: the entry's own), predict, score.
 
@@ -229,12 +232,21 @@ def fit(
     ``partitions`` reuses k-means partitions of ``data.x_train`` (built when the entry needs them).
     ``spectral_points`` (m, d) replaces the entry's fixed spectral points; SVI and NUTS on an entry
     whose own method is ``ncvmp`` use the set NCVMP's restarts picked (the same model as the VI fit).
+    ``checkpoint`` (``svi`` and ``ml``): save the optimiser state as :func:`run_svi` says, or resume
+    from it; its fingerprint is this run's (:func:`run_fingerprint`). After a Ctrl-C the result
+    holds the predictions of the parameters so far and ``info["interrupted"]`` is True.
     """
     method = method or entry.methods[0]
     if method not in METHODS:
         raise SSGPError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
     if steps is not None and steps < 1:
         raise SSGPError(f"--steps must be >= 1, got {steps}")
+    check_test_inputs(data.x_train, data.x_test)
+    if checkpoint is not None:
+        if method not in ("svi", "ml"):
+            raise SSGPError(f"method {method!r} does not checkpoint (only svi and ml do)")
+        checkpoint = checkpoint._replace(fingerprint=run_fingerprint(entry, data, method, seed,
+                                                                     steps))
     if method in TAN_METHODS:
         return _fit_tan(entry, data, method, seed=seed, steps=steps, progress=progress,
                         spectral_points=spectral_points)
@@ -296,7 +308,7 @@ def fit(
             guide = entry.guide(spec, model)
             objective = make_objective(cfg["objective"], beta=cfg["beta"],
                                        particles=cfg["num_particles"], gradient=cfg["gradient"],
-                                       samples=cfg["mc_samples"], guide_name=cfg["guide"])
+                                       samples=cfg["mc_samples"], guide=guide)
             info.update(objective=cfg["objective"], beta=cfg["beta"])
             batch = cfg["batch_size"] or None
             per_step = min(pcfg["per_step"], partitions.count) if pcfg["per_step"] else 0
@@ -307,9 +319,9 @@ def fit(
                       per_step=max(per_step, 1), chunk=cfg["chunk"], seed=seed, tol=cfg["tol"],
                       min_steps=min(cfg["min_steps"], n_steps),
                       num_particles=cfg.get("num_particles", 1), progress=progress, desc=desc,
-                      loss=objective)
+                      loss=objective, checkpoint=checkpoint)
         params, losses, chains = res.params, res.losses, 1
-        info.update(steps=res.steps, converged=res.converged,
+        info.update(steps=res.steps, converged=res.converged, interrupted=res.interrupted,
                     params={k: np.asarray(v) for k, v in params.items()},
                     type2={k: np.asarray(params[k]) for k in spec.learned_sites()})
         n = 1 if guide is empty_guide or method == "ml" else entry.config["predictive"]["samples"]
@@ -339,9 +351,10 @@ def fit(
         loc, tril = jax.vmap(lambda d: cond(params, d))(draws)
         pred_sites = {**sites, "nuisance": loc, "nuisance_tril": tril}
     mean, var, mean_f, var_f, var_y = predict(pred_sites, data, pred["rule"], gamma=pred["gamma"],
-                                              partitions=partitions, lik=lik, lik_df=spec.df)
+                                              partitions=partitions, lik=lik)
     predict_seconds = time.perf_counter() - t1
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
+    check_finite(f"{entry.name}:{method} predictions of the test rows", mean, var)
     metrics = likelihood_metrics(lik, y_test, mean, mean_f, var_f, sites.get("noise"),
                                  y_model=data.y_test, y_scale=float(np.asarray(data.y_scaler.scale)))
     if lik.target == "continuous":
@@ -455,6 +468,7 @@ def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, step
     scale = float(np.asarray(data.y_scaler.scale))
     mean = np.asarray(data.y_scaler.inverse(np.asarray(mean_s, np.float64)))
     var = np.asarray(var_s, np.float64) * scale**2
+    check_finite(f"{entry.name}:{method} predictions of the test rows", mean, var)
     metrics = regression_metrics(np.asarray(data.y_scaler.inverse(data.y_test)), mean, var)
     mean_s, var_s = np.asarray(mean_s)[None], np.asarray(var_s)[None]
     # y* draws from the closed form, as many as q's draws of f* (NCVMP) or one (local fits)
@@ -471,6 +485,20 @@ def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, step
                      metrics, losses, dt, info)
 
 
+def run_fingerprint(entry: CatalogEntry, data: Dataset, method: str, seed: int,
+                    steps: int | None) -> dict:
+    """What a checkpoint must match to be resumed: the entry and its full configuration, the
+    data (name, split, sizes and a hash of the scaled training rows), seed, method, steps and
+    the float width."""
+    digest = hashlib.sha256(np.ascontiguousarray(data.x_train).tobytes())
+    digest.update(np.ascontiguousarray(data.y_train).tobytes())
+    return checkpoint_fingerprint(model=entry.name, config=entry.config, data=data.name,
+                                  split=data.split, n_train=data.n_train,
+                                  n_features=data.n_features, data_sha256=digest.hexdigest()[:16],
+                                  seed=seed, method=method, steps=steps,
+                                  x64=bool(jax.config.read("jax_enable_x64")))
+
+
 def metrics_record(result: FitResult, data: Dataset) -> dict:
     """The ``metrics.json`` record of the CLI's ``fit`` command."""
     return {
@@ -481,6 +509,7 @@ def metrics_record(result: FitResult, data: Dataset) -> dict:
         "n_test": data.n_test,
         **{k: float(v) for k, v in result.metrics.items()},
         **{k: result.info[k] for k in ("objective", "beta") if k in result.info},
+        **{k: result.info[k] for k in ("steps", "converged", "interrupted") if k in result.info},
         "fit_seconds": float(result.info["fit_seconds"]),
         "predict_seconds": float(result.info["predict_seconds"]),
     }

@@ -8,6 +8,8 @@ Minibatches are drawn *with* replacement by ``random.randint`` (O(batch) per ste
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -21,6 +23,7 @@ from numpyro.infer import MCMC, NUTS, SVI, Predictive, Trace_ELBO
 from numpyro.infer.reparam import LocScaleReparam
 from tqdm.auto import tqdm
 
+from ssgp_ppl import checkpoint as ckpt_io
 from ssgp_ppl.errors import SSGPError
 
 
@@ -33,6 +36,7 @@ class SVIResult(NamedTuple):
     converged: bool
     seconds: float
     first_chunk: tuple[int, float] = (0, 0.0)  # (steps, seconds) of the first chunk, JIT included
+    interrupted: bool = False  # stopped by Ctrl-C (SIGINT) after a whole chunk
 
 
 def empty_guide(*args, **kwargs):
@@ -95,6 +99,7 @@ def run_svi(
     callback: Callable[[int, dict], None] | None = None,
     init_params: dict | None = None,
     loss=None,
+    checkpoint: ckpt_io.Checkpoint | None = None,
 ) -> SVIResult:
     """Maximise the ELBO of ``model`` under ``guide`` with Adam; ``steps`` is an upper bound.
 
@@ -113,6 +118,12 @@ def run_svi(
     ``callback(steps_done, params)`` runs on the host after each
     chunk (e.g. to score test predictions along the way). No early stop before ``min_steps``
     (ELBOs of this model can sit on a plateau for thousands of steps before dropping again).
+
+    ``checkpoint`` (:class:`ssgp_ppl.checkpoint.Checkpoint`): the state is saved atomically at the
+    first chunk boundary past every ``checkpoint.every`` steps and at the end; with ``resume`` the
+    run continues from the saved state (same chunks, same key stream: the final parameters equal
+    an uninterrupted run's). Ctrl-C (SIGINT) stops after the current chunk, saves, and returns
+    the result so far with ``interrupted=True``; a second Ctrl-C interrupts at once.
     """
     if steps < 1:
         raise SSGPError(f"steps must be >= 1, got {steps}")
@@ -142,42 +153,80 @@ def run_svi(
     means: list[float] = []
     noise_var: list[float] = []
     converged = False
-    start = time.perf_counter()
     done = 0
-    with tqdm(total=steps, desc=desc, disable=not progress, leave=False, mininterval=0.5) as bar:
-        while done < steps:
-            length = min(chunk, steps - done)
-            state, key_batch, chunk_losses = run_chunk(state, key_batch, x, y, aux, length)
-            chunk_losses = np.asarray(chunk_losses)
-            if not losses:
-                first_chunk = (length, time.perf_counter() - start)
-            if not np.all(np.isfinite(chunk_losses)):
-                bad = int(np.argmin(np.isfinite(chunk_losses)))
-                finite = np.concatenate(losses + [chunk_losses[:bad]])
-                last = f"{finite[-1]:.6g}" if finite.size else "none"
-                raise SSGPError(
-                    f"loss became NaN/inf at step {done + bad + 1}; last finite loss {last} "
-                    "(try a smaller learning rate or --x64)"
-                )
-            losses.append(chunk_losses)
-            done += length
-            means.append(float(chunk_losses.mean()))
-            diffs = np.diff(chunk_losses)
-            noise_var.append(float(diffs.var() / 2 / length) if length > 2 else 0.0)  # var of mean
-            bar.update(length)
-            bar.set_postfix(loss=f"{means[-1]:.4g}", refresh=False)
-            if callback is not None:
-                callback(done, svi.get_params(state))
-            if len(means) >= 2 * patience and done >= min_steps:
-                before = np.mean(means[-2 * patience:-patience])
-                after = np.mean(means[-patience:])
-                se = np.sqrt(np.sum(noise_var[-2 * patience:])) / patience
-                if before - after <= max(tol * max(abs(after), 1.0), 2.0 * se):
-                    converged = True
-                    break
-    seconds = time.perf_counter() - start
+    first_chunk = (0, 0.0)
+    seconds_before = 0.0
+    if checkpoint is not None and checkpoint.resume:
+        saved = ckpt_io.load(checkpoint)
+        leaves, treedef = jax.tree.flatten(state)
+        leaves = ckpt_io.restore_leaves(leaves, saved, checkpoint.path)
+        state = jax.tree.unflatten(treedef, [jnp.asarray(v) for v in leaves])
+        key_batch = jnp.asarray(saved.key)
+        done, converged, first_chunk = saved.done, saved.converged, saved.first_chunk
+        losses = [saved.losses] if saved.losses.size else []
+        means, noise_var = list(saved.means), list(saved.noise_var)
+        seconds_before = saved.seconds
+    last_saved = done
+    start = time.perf_counter()
+
+    def save():
+        ckpt_io.save(checkpoint, [np.asarray(v) for v in jax.tree.leaves(state)], key_batch, done,
+                     np.concatenate(losses) if losses else np.zeros(0), means, noise_var,
+                     converged, seconds_before + time.perf_counter() - start, first_chunk)
+
+    stop = {"requested": False}
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_sigint(signum, frame):  # finish the chunk, save, return what there is
+            stop["requested"] = True
+            signal.signal(signal.SIGINT, previous)  # a second Ctrl-C interrupts at once
+
+        previous = signal.signal(signal.SIGINT, on_sigint) or signal.default_int_handler
+    try:
+        with tqdm(total=steps, initial=min(done, steps), desc=desc, disable=not progress,
+                  leave=False, mininterval=0.5) as bar:
+            while done < steps and not converged and not stop["requested"]:
+                length = min(chunk, steps - done)
+                t_chunk = time.perf_counter()
+                state, key_batch, chunk_losses = run_chunk(state, key_batch, x, y, aux, length)
+                chunk_losses = np.asarray(chunk_losses)
+                if done == 0:
+                    first_chunk = (length, time.perf_counter() - t_chunk)
+                if not np.all(np.isfinite(chunk_losses)):
+                    bad = int(np.argmin(np.isfinite(chunk_losses)))
+                    finite = np.concatenate(losses + [chunk_losses[:bad]])
+                    last = f"{finite[-1]:.6g}" if finite.size else "none"
+                    raise SSGPError(
+                        f"loss became NaN/inf at step {done + bad + 1}; last finite loss {last} "
+                        "(try a smaller learning rate or --x64)"
+                    )
+                losses.append(chunk_losses)
+                done += length
+                means.append(float(chunk_losses.mean()))
+                diffs = np.diff(chunk_losses)
+                noise_var.append(float(diffs.var() / 2 / length) if length > 2 else 0.0)  # var of mean
+                bar.update(length)
+                bar.set_postfix(loss=f"{means[-1]:.4g}", refresh=False)
+                if callback is not None:
+                    callback(done, svi.get_params(state))
+                if len(means) >= 2 * patience and done >= min_steps:
+                    before = np.mean(means[-2 * patience:-patience])
+                    after = np.mean(means[-patience:])
+                    se = np.sqrt(np.sum(noise_var[-2 * patience:])) / patience
+                    if before - after <= max(tol * max(abs(after), 1.0), 2.0 * se):
+                        converged = True
+                if checkpoint is not None and done - last_saved >= checkpoint.every:
+                    save()
+                    last_saved = done
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if checkpoint is not None:
+        save()
+    seconds = seconds_before + time.perf_counter() - start
     params = svi.get_params(state)
-    return SVIResult(params, np.concatenate(losses), done, converged, seconds, first_chunk)
+    return SVIResult(params, np.concatenate(losses) if losses else np.zeros(0), done, converged,
+                     seconds, first_chunk, stop["requested"] and done < steps and not converged)
 
 
 def guide_draws(guide: Callable, params: dict, x, y, *, num_samples: int, seed: int = 1, **kw):

@@ -29,6 +29,7 @@ from numpyro.distributions import constraints
 
 from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.linalg import cholesky
 
 ROLES = ("learned", "fixed", "prior")
 PRIORS = ("half_cauchy", "half_normal", "lognormal", "normal")
@@ -156,7 +157,7 @@ def marginal_log_likelihood(phi, y, signal, noise):
     m = two_m // 2
     ratio = m * noise**2 / signal**2
     a = phi.T @ phi + ratio * jnp.eye(two_m, dtype=phi.dtype)
-    chol = jnp.linalg.cholesky(a)
+    chol = cholesky(a)  # jitter escalation (ssgp_ppl.linalg)
     w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ y)
     # yᵀy − yᵀΦA⁻¹Φᵀy = ‖y − Φw‖² + r‖w‖² (w = A⁻¹Φᵀy): no cancellation of two O(n) terms
     resid = y - phi @ w
@@ -253,7 +254,7 @@ def marginal_predictive(x_train, y_train, x_test, frequencies, signal, noise):
     phi_star = spectral.features(x_test, frequencies)
     two_m = phi.shape[1]
     a = phi.T @ phi + (two_m // 2) * noise**2 / signal**2 * jnp.eye(two_m, dtype=phi.dtype)
-    chol = jnp.linalg.cholesky(a)
+    chol = cholesky(a)  # jitter escalation (ssgp_ppl.linalg)
     w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ y_train)
     v = solve_triangular(chol, phi_star.T, lower=True)  # (2m, n*)
     return phi_star @ w, noise**2 * jnp.sum(v**2, axis=0)
@@ -293,7 +294,7 @@ def local_conditional(x_test, test_block, x_train, y_train, blocks, mask, freque
         idx, msk = args
         phi = spectral.features(x_train[idx], frequencies) * msk[:, None]
         a = phi.T @ phi + ratio * jnp.eye(two_m, dtype=phi.dtype)
-        chol = jnp.linalg.cholesky(a)
+        chol = cholesky(a)  # jitter escalation (ssgp_ppl.linalg)
         w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ (y_train[idx] * msk))
         return chol, w
 
@@ -363,8 +364,19 @@ def _degenerate_draws(sites, x_test):
                        sites, batch_size=DRAW_BATCH)
 
 
+def check_test_inputs(x_train, x_test) -> None:
+    """Test inputs must have the training inputs' columns (one clear error, not a shape error)."""
+    if x_train is None:  # rules that do not read the training data
+        return
+    d, d_star = np.shape(x_train)[-1], np.shape(x_test)[-1]
+    if np.ndim(x_test) != 2 or d_star != d:
+        raise SSGPError(f"test inputs have {d_star if np.ndim(x_test) == 2 else np.shape(x_test)} "
+                        f"columns but the model was built for {d} (the training inputs')")
+
+
 def predict_draws(rule: str, sites: dict, x_train, y_train, x_test, local: LocalData | None = None):
     """Per-draw predictive (mean_f, var_f) (S, n*) under ``rule`` from site values (S, ...)."""
+    check_test_inputs(x_train, x_test)
     if rule == "local":
         if local is None:
             raise SSGPError("the local rule needs partitions (LocalData)")

@@ -13,7 +13,8 @@ from ssgp_ppl.cli import main
 
 EXE = [sys.executable, "-m", "ssgp_ppl.cli"]
 KEYS = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnlp", "crps",
-        "coverage_50", "coverage_90", "nll", "fit_seconds", "predict_seconds"]
+        "coverage_50", "coverage_90", "nll", "steps", "converged", "interrupted", "fit_seconds",
+        "predict_seconds"]
 
 
 def run(*args, **kw):
@@ -127,3 +128,17 @@ def test_fit_probit_entry_from_the_cli(tmp_path):
     assert rec["error_rate"] < 0.25 and rec["nll"] < np.log(2), rec
     r = run("fit", "ssgp_probit", "--data", "autompg", "--threshold", "1000", "--out", str(out))
     assert r.returncode == 2 and "single class" in r.stderr
+
+
+def test_x64_flag_computes_in_float64(tmp_path):
+    """`--x64`: the whole fit in float64 (posterior draws and predictions are float64; float32
+    without the flag)."""
+    for flag, dtype in (["--x64"], np.float64), ([], np.float32):
+        out = tmp_path / f"run{len(flag)}"
+        r = run("fit", "ssgp_svi", "--data", "pendulum", "--out", str(out), *flag, "--set", "m=5",
+                "--set", "svi.steps=50", "--set", "svi.min_steps=0", "--set", "samples=10",
+                "--no-progress")
+        assert r.returncode == 0, r.stderr
+        dt = xr.open_datatree(out / "posterior.nc", engine="h5netcdf")
+        assert dt["posterior"]["frequencies"].dtype == dtype
+        assert dt["predictions"]["f_mean"].dtype == dtype

@@ -376,3 +376,20 @@ def test_log_q_evaluates_alpha_in_block_order(x64):
         + np.asarray(ncvmp.log_q_scale(draws["signal"], 2 * m - 2, 5.0, 625.0))
         + np.asarray(ncvmp.log_q_scale(draws["noise"], n - 2, 30.0, 625.0)))
     np.testing.assert_allclose(np.asarray(ncvmp.log_q(draws, state, n, m, prior)), want, rtol=1e-10)
+
+
+def test_lambda_step_safeguard_shrinks_the_step_until_spd(x64):
+    """Seed 004 Algorithm 2 step 3(b): with F₅ indefinite, a ← a/ρ until (1 − a)Σ⁻¹ + aF₅ is SPD;
+    the accepted a is the first such a/ρᵏ (analytic here: Σ = I, F₅ = diag(1, −3) needs
+    1 − 4a > 0, so a = 1 → 1/1.5 → … → 0.1975 = 1.5⁻⁴), and Σ_λ is that matrix's inverse."""
+    d = 2
+    state = ncvmp.NCVMPState(jnp.zeros(d), jnp.eye(d), jnp.zeros(4), jnp.eye(4), 1.0, 1.0)
+    f5, f6 = jnp.diag(jnp.array([1.0, -3.0])), jnp.array([0.5, 0.5])
+    mu, sigma, a, ok = ncvmp._lambda_step(state, f5, f6, jnp.asarray(1.0), 1.5, 60)
+    assert bool(ok)
+    np.testing.assert_allclose(float(a), 1.5**-4, rtol=1e-12)
+    prec = (1 - float(a)) * np.eye(d) + float(a) * np.diag([1.0, -3.0])
+    np.testing.assert_allclose(np.asarray(sigma), np.linalg.inv(prec), rtol=1e-10)
+    assert np.all(np.linalg.eigvalsh(np.asarray(sigma)) > 0)
+    np.testing.assert_allclose(np.asarray(mu), float(a) * np.linalg.inv(prec) @ np.array([0.5, 0.5]),
+                               rtol=1e-10)

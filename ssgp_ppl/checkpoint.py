@@ -1,0 +1,122 @@
+"""SVI checkpoints: the optimiser state, the random key and the loss trace, written atomically.
+
+A checkpoint is one ``.npz`` file (temporary file + rename, so a crash or Ctrl-C never leaves half
+a file). It carries a *fingerprint* of the run (entry, its configuration, data, seed, method,
+steps): resuming from a checkpoint written by another run is an error naming the key that
+differs, never a silent restart. Resuming continues the same chunks with the same key stream, so
+the final parameters equal those of an uninterrupted run with the same seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ssgp_ppl.errors import SSGPError
+
+FORMAT = 1
+DEFAULT_EVERY = 1000  # steps between saves
+
+
+class Checkpoint(NamedTuple):
+    """Where and how often :func:`ssgp_ppl.inference.run_svi` saves its state.
+
+    ``every``: steps between saves (saved at the first chunk boundary past each multiple, and at
+    the end); ``resume``: continue from ``path`` (an error if it is missing, corrupt or from
+    another run); ``fingerprint``: JSON-able description of the run (None: :func:`load` reads
+    without checking, e.g. to inspect a file).
+    """
+
+    path: Path
+    every: int = DEFAULT_EVERY
+    fingerprint: dict | None = None
+    resume: bool = False
+
+
+class Saved(NamedTuple):
+    """A loaded checkpoint: the flattened SVI state and the runner's bookkeeping."""
+
+    leaves: list[np.ndarray]
+    key: np.ndarray
+    done: int
+    losses: np.ndarray
+    means: np.ndarray
+    noise_var: np.ndarray
+    converged: bool
+    seconds: float
+    first_chunk: tuple[int, float]
+
+
+def fingerprint(**items) -> dict:
+    """A JSON-able run description; nested configuration dicts are kept as a short hash."""
+    out = {}
+    for k, v in items.items():
+        if isinstance(v, dict):
+            text = json.dumps(v, sort_keys=True, default=str)
+            v = hashlib.sha256(text.encode()).hexdigest()[:16]
+        out[k] = v if isinstance(v, int | float | str | bool | None) else str(v)
+    return out
+
+
+def save(ckpt: Checkpoint, leaves, key, done: int, losses, means, noise_var, converged: bool,
+         seconds: float, first_chunk: tuple[int, float]) -> None:
+    """Write the checkpoint atomically (``path.tmp`` then ``os.replace``)."""
+    path = Path(ckpt.path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f"leaf_{i}": np.asarray(a) for i, a in enumerate(leaves)}
+    meta = {"format": FORMAT, "fingerprint": ckpt.fingerprint or {}, "leaves": len(leaves),
+            "done": int(done), "converged": bool(converged), "seconds": float(seconds),
+            "first_chunk": [int(first_chunk[0]), float(first_chunk[1])]}
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, key=np.asarray(key), losses=np.asarray(losses, np.float64),
+                 means=np.asarray(means, np.float64), noise_var=np.asarray(noise_var, np.float64),
+                 meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load(ckpt: Checkpoint) -> Saved:
+    """Read and check a checkpoint: missing, corrupt or another run's file is an SSGPError."""
+    path = Path(ckpt.path)
+    if not path.is_file():
+        raise SSGPError(f"no checkpoint at {path} (nothing to resume)")
+    try:
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as z:  # closed if np.load fails
+            meta = json.loads(z["meta"].tobytes().decode())
+            leaves = [z[f"leaf_{i}"] for i in range(int(meta["leaves"]))]
+            arrays = {k: z[k] for k in ("key", "losses", "means", "noise_var")}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as e:
+        raise SSGPError(f"checkpoint {path} is corrupt or unreadable ({type(e).__name__}: "
+                        f"{' '.join(str(e).split())[:120]}); delete it to start afresh") from None
+    if meta.get("format") != FORMAT:
+        raise SSGPError(f"checkpoint {path} has format {meta.get('format')!r}; this version "
+                        f"reads format {FORMAT}")
+    mine, theirs = ckpt.fingerprint, meta.get("fingerprint", {})
+    for k in sorted(set(mine or {}) | set(theirs)) if mine is not None else ():
+        if mine.get(k) != theirs.get(k):
+            raise SSGPError(f"checkpoint {path} belongs to another run: {k} is "
+                            f"{theirs.get(k)!r} there and {mine.get(k)!r} here")
+    return Saved(leaves, arrays["key"], int(meta["done"]), arrays["losses"], arrays["means"],
+                 arrays["noise_var"], bool(meta["converged"]), float(meta["seconds"]),
+                 tuple(meta["first_chunk"]))
+
+
+def restore_leaves(template_leaves, saved: Saved, path) -> list:
+    """The saved leaves, checked against the fresh state's shapes and dtypes."""
+    if len(template_leaves) != len(saved.leaves):
+        raise SSGPError(f"checkpoint {path} holds {len(saved.leaves)} state arrays; this run has "
+                        f"{len(template_leaves)} (another model or guide)")
+    for i, (t, s) in enumerate(zip(template_leaves, saved.leaves, strict=True)):
+        if tuple(np.shape(t)) != s.shape or np.dtype(getattr(t, "dtype", s.dtype)) != s.dtype:
+            raise SSGPError(f"checkpoint {path}: state array {i} is {s.dtype}{list(s.shape)}, "
+                            f"this run needs {np.dtype(t.dtype)}{list(np.shape(t))} "
+                            "(another model, guide or precision)")
+    return list(saved.leaves)
