@@ -17,25 +17,23 @@ from ssgp_ppl.checkpoint import DEFAULT_EVERY  # numpy only: JAX starts after th
 CHAINS_DEVICES = 4  # host devices so that 4 NUTS chains run in parallel
 
 
+def _integer(low: int, what: str):
+    """argparse type: an integer >= ``low`` (``what`` names it in the error)."""
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+
+    return parse
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+_positive = _integer(1, "a positive integer")
+_non_negative = _integer(0, "an integer >= 0")
 
 
 # the fit arguments a run directory's run.json records (what --resume restores)
