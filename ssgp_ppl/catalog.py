@@ -9,6 +9,7 @@ is documented in the README ("Catalog format") and by :data:`SCHEMA` below.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import tomllib
 from dataclasses import dataclass
@@ -179,6 +180,8 @@ def _check_value(f: Field, value, where: str):
     if isinstance(value, list) and not value:
         raise SSGPError(f"{where}: must not be empty")
     for v in items:
+        if isinstance(v, float) and not math.isfinite(v):  # TOML and --set accept nan and inf
+            raise SSGPError(f"{where}: must be a finite number, got {v!r}")
         if f.choices is not None and v not in f.choices:
             raise SSGPError(f"{where}: {v!r} is not one of {', '.join(map(str, f.choices))}")
         if f.low is not None and (v < f.low or (f.open_low and v == f.low)):

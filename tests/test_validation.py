@@ -71,6 +71,8 @@ CASES = {
     "m-below-1": (lambda t: ["ssgp", "--data", "pendulum", "--set", "m=0"], ["model.m", ">= 1"]),
     "gamma-outside": (lambda t: ["svbssgp", "--data", "pendulum", "--set", "gamma=1.5"],
                       ["predictive.gamma", "<= 1"]),
+    "gamma-nan": (lambda t: ["svbssgp", "--data", "pendulum", "--set", "gamma=nan"],
+                  ["predictive.gamma", "finite number"]),
     "r-below-1": (lambda t: ["svbssgp", "--data", "pendulum", "--set", "predictive.samples=0"],
                   ["predictive.samples", ">= 1"]),
     "unknown-set-key": (lambda t: ["ssgp", "--data", "pendulum", "--set", "lerning_rate=0.1"],
