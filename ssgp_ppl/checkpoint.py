@@ -74,13 +74,26 @@ def save(ckpt: Checkpoint, leaves, key, done: int, losses, means, noise_var, con
             "done": int(done), "converged": bool(converged), "seconds": float(seconds),
             "first_chunk": [int(first_chunk[0]), float(first_chunk[1])]}
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, key=np.asarray(key), losses=np.asarray(losses, np.float64),
-                 means=np.asarray(means, np.float64), noise_var=np.asarray(noise_var, np.float64),
-                 meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, key=np.asarray(key), losses=np.asarray(losses),  # the run's own dtype
+                     means=np.asarray(means, np.float64),
+                     noise_var=np.asarray(noise_var, np.float64),
+                     meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:  # the rename itself survives a crash once the directory is on disk
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def load(ckpt: Checkpoint) -> Saved:

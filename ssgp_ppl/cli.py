@@ -42,13 +42,16 @@ RUN_ARGS = ("model", "data", "target", "split", "subsample", "data_dir", "x_scal
             "select_beta", "checkpoint_every")
 
 
-def _resume_args(args) -> None:
-    """``fit --resume DIR``: the recorded run's arguments, output into DIR."""
+def _resume_args(args, defaults) -> None:
+    """``fit --resume DIR``: the recorded run's arguments, output into DIR. Any run argument
+    given with --resume is an error (it would be ignored)."""
     from ssgp_ppl.errors import SSGPError
 
-    if args.model is not None or args.data is not None:
+    given = [k for k in (*RUN_ARGS, "out") if getattr(args, k) != getattr(defaults, k)]
+    if given:
+        flags = ", ".join("MODEL" if k == "model" else "--" + k.replace("_", "-") for k in given)
         raise SSGPError(f"--resume {args.resume} continues the run recorded in "
-                        f"{Path(args.resume) / 'run.json'}; give no model or --data")
+                        f"{Path(args.resume) / 'run.json'} with its own settings; drop {flags}")
     path = Path(args.resume) / "run.json"
     if not path.is_file():
         raise SSGPError(f"{path} not found: --resume takes a run directory written by "
@@ -109,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
                    "(seed 003 §6.1), write beta_selection.json, then fit with it")
     f.add_argument("--checkpoint-every", type=_non_negative, default=DEFAULT_EVERY, metavar="N",
                    help=f"svi/ml: save the optimiser state to OUT/checkpoint.npz every N steps "
-                   f"(atomically; default {DEFAULT_EVERY}; 0: never)")
+                   f"(atomically; default {DEFAULT_EVERY}; 0: only at the end and on Ctrl-C)")
     f.add_argument("--resume", metavar="DIR",
                    help="continue the run in DIR (its run.json and checkpoint.npz; give no model "
                    "or --data): the same final parameters as an uninterrupted run")
@@ -213,9 +216,13 @@ def cmd_fit(args) -> int:
     if not args.resume:
         write_json(out / "run.json", {k: getattr(args, k) for k in RUN_ARGS})
     checkpoint = None
-    if method in ("svi", "ml") and (args.checkpoint_every or args.resume):
+    if method in ("svi", "ml"):  # with --checkpoint-every 0: saved only at the end or on Ctrl-C
+        resume = bool(args.resume) and (out / "checkpoint.npz").exists()
+        if args.resume and not resume:
+            print(f"ssgp-ppl: no checkpoint in {out} (stopped before training began): "
+                  "starting from step 0", file=sys.stderr)
         checkpoint = Checkpoint(out / "checkpoint.npz", every=args.checkpoint_every or 10**12,
-                                resume=bool(args.resume))
+                                resume=resume)
     elif args.resume:
         from ssgp_ppl.errors import SSGPError
 
@@ -268,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         from ssgp_ppl.errors import SSGPError
 
         try:
-            if getattr(args, "resume", None):
-                _resume_args(args)  # before JAX starts: the run may be float64
+            if getattr(args, "resume", None):  # before JAX starts: the run may be float64
+                _resume_args(args, parser.parse_args(["fit", "--resume", args.resume]))
             if args.command != "models":
                 _setup_jax(args.x64)
             return {"models": cmd_models, "fit": cmd_fit, "compare": cmd_compare}[args.command](args)

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 import xarray as xr
 from arviz_base import from_dict, from_numpyro
 from numpyro import handlers
@@ -245,8 +246,10 @@ def fit(
     if checkpoint is not None:
         if method not in ("svi", "ml"):
             raise SSGPError(f"method {method!r} does not checkpoint (only svi and ml do)")
+        given = {"spectral_points": spectral_points, "type2": type2,
+                 "partitions": None if partitions is None else partitions.blocks}
         checkpoint = checkpoint._replace(fingerprint=run_fingerprint(entry, data, method, seed,
-                                                                     steps))
+                                                                     steps, given))
     if method in TAN_METHODS:
         return _fit_tan(entry, data, method, seed=seed, steps=steps, progress=progress,
                         spectral_points=spectral_points)
@@ -485,18 +488,30 @@ def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, step
                      metrics, losses, dt, info)
 
 
+def _sha(*arrays) -> str:
+    digest = hashlib.sha256()
+    for a in arrays:
+        digest.update(np.ascontiguousarray(a).tobytes())
+    return digest.hexdigest()[:16]
+
+
 def run_fingerprint(entry: CatalogEntry, data: Dataset, method: str, seed: int,
-                    steps: int | None) -> dict:
+                    steps: int | None, given: dict | None = None) -> dict:
     """What a checkpoint must match to be resumed: the entry and its full configuration, the
-    data (name, split, sizes and a hash of the scaled training rows), seed, method, steps and
-    the float width."""
-    digest = hashlib.sha256(np.ascontiguousarray(data.x_train).tobytes())
-    digest.update(np.ascontiguousarray(data.y_train).tobytes())
+    data (name, split, sizes and a hash of the scaled training rows), seed, method, steps, the
+    float width, the arrays ``given`` to :func:`fit` (spectral points, type-II values,
+    partitions; hashed) and the JAX / NumPyro versions (another version need not reproduce the
+    same bits)."""
+    extra = {f"{k}_sha256": _sha(*[np.asarray(v) for v in (a.values() if isinstance(a, dict)
+                                                           else [a])])
+             for k, a in (given or {}).items() if a is not None}
     return checkpoint_fingerprint(model=entry.name, config=entry.config, data=data.name,
                                   split=data.split, n_train=data.n_train,
-                                  n_features=data.n_features, data_sha256=digest.hexdigest()[:16],
-                                  seed=seed, method=method, steps=steps,
-                                  x64=bool(jax.config.read("jax_enable_x64")))
+                                  n_features=data.n_features,
+                                  data_sha256=_sha(data.x_train, data.y_train), seed=seed,
+                                  method=method, steps=steps,
+                                  x64=bool(jax.config.read("jax_enable_x64")),
+                                  jax=jax.__version__, numpyro=numpyro.__version__, **extra)
 
 
 def metrics_record(result: FitResult, data: Dataset) -> dict:

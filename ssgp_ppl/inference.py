@@ -122,8 +122,9 @@ def run_svi(
     ``checkpoint`` (:class:`ssgp_ppl.checkpoint.Checkpoint`): the state is saved atomically at the
     first chunk boundary past every ``checkpoint.every`` steps and at the end; with ``resume`` the
     run continues from the saved state (same chunks, same key stream: the final parameters equal
-    an uninterrupted run's). Ctrl-C (SIGINT) stops after the current chunk, saves, and returns
-    the result so far with ``interrupted=True``; a second Ctrl-C interrupts at once.
+    an uninterrupted run's). With a checkpoint, Ctrl-C (SIGINT) stops after the current chunk
+    (a jitted chunk cannot be cut short), saves, and returns the result so far with
+    ``interrupted=True``; a Ctrl-C after that one has been handled raises KeyboardInterrupt.
     """
     if steps < 1:
         raise SSGPError(f"steps must be >= 1, got {steps}")
@@ -174,14 +175,19 @@ def run_svi(
                      np.concatenate(losses) if losses else np.zeros(0), means, noise_var,
                      converged, seconds_before + time.perf_counter() - start, first_chunk)
 
+    # Ctrl-C is caught only where it can be resumed from (a checkpoint); elsewhere (compare, the
+    # type-II fit before NUTS, notebooks) KeyboardInterrupt stops the caller as usual
     stop = {"requested": False}
-    previous = None
-    if threading.current_thread() is threading.main_thread():
+    previous = signal.getsignal(signal.SIGINT)
+    install = (checkpoint is not None and threading.current_thread() is threading.main_thread()
+               and previous is not signal.SIG_IGN)
+    restore = previous if previous is not None else signal.default_int_handler
+    if install:
         def on_sigint(signum, frame):  # finish the chunk, save, return what there is
             stop["requested"] = True
-            signal.signal(signal.SIGINT, previous)  # a second Ctrl-C interrupts at once
+            signal.signal(signal.SIGINT, restore)  # a Ctrl-C after this one interrupts at once
 
-        previous = signal.signal(signal.SIGINT, on_sigint) or signal.default_int_handler
+        signal.signal(signal.SIGINT, on_sigint)
     try:
         with tqdm(total=steps, initial=min(done, steps), desc=desc, disable=not progress,
                   leave=False, mininterval=0.5) as bar:
@@ -219,8 +225,8 @@ def run_svi(
                     save()
                     last_saved = done
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        if install:
+            signal.signal(signal.SIGINT, restore)
     if checkpoint is not None:
         save()
     seconds = seconds_before + time.perf_counter() - start

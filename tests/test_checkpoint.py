@@ -44,15 +44,24 @@ def _interrupt_at(step):
 def test_sigint_then_resume_equals_an_uninterrupted_run(problem, tmp_path):
     full = _run(problem)
     ck = Checkpoint(tmp_path / "ck.npz", every=250, fingerprint=FP)
+    before = signal.getsignal(signal.SIGINT)
     part = _run(problem, ck, _interrupt_at(300))
     assert part.interrupted and part.steps == 300 and len(part.losses) == 300
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    assert signal.getsignal(signal.SIGINT) is before  # handler restored
+    assert part.losses.dtype == full.losses.dtype
     assert not list(tmp_path.glob("*.tmp"))  # saves are atomic: no temporary file left
     resumed = _run(problem, ck._replace(resume=True))
     assert not resumed.interrupted and resumed.steps == STEPS
     np.testing.assert_array_equal(resumed.losses, full.losses)  # the whole trace, bit for bit
+    assert resumed.losses.dtype == full.losses.dtype
     for k in full.params:
         np.testing.assert_array_equal(np.asarray(resumed.params[k]), np.asarray(full.params[k]))
+
+
+def test_without_a_checkpoint_ctrl_c_is_a_keyboard_interrupt(problem):
+    """Nothing to resume from: Ctrl-C stops the caller (compare, notebooks) as usual."""
+    with pytest.raises(KeyboardInterrupt):
+        _run(problem, None, _interrupt_at(200))
 
 
 def test_resume_of_a_finished_run_returns_it(problem, tmp_path):
@@ -151,7 +160,7 @@ def test_cli_sigint_writes_metrics_and_resume_finishes_like_an_uninterrupted_run
     deadline = time.time() + 120
     while not (run / "checkpoint.npz").exists() and p.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    assert p.poll() is None, p.communicate()
+    assert (run / "checkpoint.npz").exists() and p.poll() is None, p.communicate()
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
@@ -184,6 +193,12 @@ def test_resume_errors_are_one_line(tmp_path):
     p = _cli("fit", "--resume", str(tmp_path / "nowhere"))
     _, err = p.communicate(timeout=120)
     assert p.returncode == 2 and "run.json not found" in err and len(err.strip().splitlines()) == 1
-    p = _cli("fit", "ssgp", "--resume", str(tmp_path))
+    (tmp_path / "run.json").write_text("{}")
+    for extra, flags in ((["ssgp"], "drop MODEL"), (["--steps", "5", "--seed", "2"],
+                                                    "drop --seed, --steps")):
+        p = _cli("fit", *extra, "--resume", str(tmp_path))
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 2 and "with its own settings; " + flags in err, err
+    p = _cli("fit", "--resume", str(tmp_path))
     _, err = p.communicate(timeout=120)
-    assert p.returncode == 2 and "give no model or --data" in err
+    assert p.returncode == 2 and "run.json is corrupt" in err, err
