@@ -11,7 +11,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 # Each xdist worker (and the CLI / notebook subprocesses it starts, which inherit this) on a core of
 # its own: XLA's CPU thread pool sizes itself to the machine, and two workers' pools on 2 cores
-# slowed vmapped fits up to 15× (a β selection took 346 s beside the other worker, 23 s alone).
+# made vmapped fits erratic: the β-selection CLI test took 23 s in one run, 346 s in another; 36 s pinned.
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _worker.startswith("gw") and hasattr(os, "sched_setaffinity"):
     _cpus = sorted(os.sched_getaffinity(0))
