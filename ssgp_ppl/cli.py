@@ -117,21 +117,52 @@ def _parser() -> argparse.ArgumentParser:
                    help="continue the run in DIR (its run.json and checkpoint.npz; give no model "
                    "or --data): the same final parameters as an uninterrupted run")
 
+    g = f.add_argument_group("training across processes (jax.distributed; svi and ml)")
+    g.add_argument("--coordinator", metavar="HOST:PORT",
+                   help="address of process 0; start the same command once per process")
+    g.add_argument("--num-processes", type=_positive, metavar="N", help="processes in the run")
+    g.add_argument("--process-id", type=_non_negative, metavar="I",
+                   help="this process's rank, 0 … N-1 (process 0 writes the outputs)")
+
     c = add("compare", help="fit every method of an entry plus NUTS; write a report")
     data_args(c)
     c.add_argument("--out", help="output directory (default reports/<model>-<data>)")
     return p
 
 
-def _setup_jax(x64: bool) -> None:
-    """Host devices for parallel NUTS chains and the float width, before JAX starts."""
+def _distributed(args) -> tuple | None:
+    """(coordinator, processes, rank) of ``fit --coordinator …``, checked; None without it."""
+    from ssgp_ppl.errors import SSGPError
+
+    given = [getattr(args, k, None) for k in ("coordinator", "num_processes", "process_id")]
+    if all(v is None for v in given):
+        return None
+    if any(v is None for v in given):
+        raise SSGPError("training across processes needs all of --coordinator HOST:PORT, "
+                        "--num-processes N and --process-id I")
+    coordinator, processes, rank = given
+    host, _, port = coordinator.rpartition(":")
+    if not host or not port.isdigit():
+        raise SSGPError(f"--coordinator must be HOST:PORT, got {coordinator!r}")
+    if rank >= processes:
+        raise SSGPError(f"--process-id must be below --num-processes {processes}, got {rank}")
+    return coordinator, processes, rank
+
+
+def _setup_jax(x64: bool, distributed: tuple | None = None) -> None:
+    """Host devices for parallel NUTS chains (one process), the float width, and
+    ``jax.distributed`` (before any computation)."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:
+    if distributed is None and "xla_force_host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={CHAINS_DEVICES}"
     import jax
 
     if x64:
         jax.config.update("jax_enable_x64", True)
+    if distributed is not None:
+        coordinator, processes, rank = distributed
+        jax.distributed.initialize(coordinator_address=coordinator, num_processes=processes,
+                                   process_id=rank, initialization_timeout=120)
 
 
 def _load_data(args, entry):
@@ -204,6 +235,8 @@ def cmd_models(args) -> None:
 
 
 def cmd_fit(args) -> int:
+    import jax
+
     from ssgp_ppl.checkpoint import Checkpoint
     from ssgp_ppl.fit import fit, metrics_record
     from ssgp_ppl.io import write_datatree, write_json
@@ -211,9 +244,15 @@ def cmd_fit(args) -> int:
     entry = _entry(args)
     data = _load_data(args, entry)
     method = args.method or entry.methods[0]
+    writer = jax.process_index() == 0  # across processes (jax.distributed) rank 0 writes
+    if jax.process_count() > 1 and (method not in ("svi", "ml") or args.select_beta):
+        from ssgp_ppl.errors import SSGPError
+
+        raise SSGPError(f"training across processes is for methods svi and ml without "
+                        f"--select-beta, not {method}{' --select-beta' if args.select_beta else ''}")
     out = Path(args.out or f"runs/{entry.name}-{data.name}-{method}")
     out.mkdir(parents=True, exist_ok=True)
-    if not args.resume:
+    if not args.resume and writer:
         write_json(out / "run.json", {k: getattr(args, k) for k in RUN_ARGS})
     checkpoint = None
     if method in ("svi", "ml"):  # with --checkpoint-every 0: saved only at the end or on Ctrl-C
@@ -243,6 +282,8 @@ def cmd_fit(args) -> int:
     res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress,
               checkpoint=checkpoint)
     record = metrics_record(res, data)
+    if not writer:
+        return 130 if res.info.get("interrupted") else 0
     write_json(out / "metrics.json", record)
     write_datatree(out / "posterior.nc", res.datatree)
     _print_table([record], _columns([record]))
@@ -278,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, "resume", None):  # before JAX starts: the run may be float64
                 _resume_args(args, parser.parse_args(["fit", "--resume", args.resume]))
             if args.command != "models":
-                _setup_jax(args.x64)
+                _setup_jax(args.x64, _distributed(args))
             return {"models": cmd_models, "fit": cmd_fit, "compare": cmd_compare}[args.command](args)
         except (SSGPError, OSError, ValueError) as e:  # bad input: one line, exit 2
             if args.debug:

@@ -24,6 +24,7 @@ from numpyro.infer.reparam import LocScaleReparam
 from tqdm.auto import tqdm
 
 from ssgp_ppl import checkpoint as ckpt_io
+from ssgp_ppl import sharding
 from ssgp_ppl.errors import SSGPError
 
 
@@ -43,7 +44,8 @@ def empty_guide(*args, **kwargs):
     """Guide of a model with no latent sample sites (type-II maximum likelihood)."""
 
 
-def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_step: int = 1):
+def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_step: int = 1,
+                  mesh=None):
     """``(draw, aux)``: a pure ``draw(key, x, y, aux) -> (x_b, y_b, model_kwargs)`` for one SVI
     step and the arrays ``aux`` it reads (passed to the jitted loop as arguments).
 
@@ -52,25 +54,38 @@ def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_st
     * ``partitions`` (:class:`~ssgp_ppl.partitions.Partitions`): ``per_step`` = a of the p
       padded blocks drawn uniformly, masked, likelihood scaled by p / a (seed 001 §4.1 eq. 7,
       seed 000 App. G). O(a · block size) per step, independent of n.
+
+    ``mesh`` (:func:`ssgp_ppl.sharding.row_mesh`): the step's rows are split over its devices
+    (block columns padded with masked rows to a multiple of the device count; a uniform batch is
+    split when the count divides it).
     """
     if partitions is not None:
-        blocks = jnp.asarray(partitions.blocks)
-        mask = jnp.asarray(partitions.mask)
+        blocks = np.asarray(partitions.blocks)
+        mask = np.asarray(partitions.mask)
         p = partitions.count
         if not 1 <= per_step <= p:
             raise SSGPError(f"partitions per step must be in [1, {p}], got {per_step}")
+        pad = sharding.padded_size(blocks.shape[1], mesh) - blocks.shape[1]
+        if pad:  # masked rows (index 0) so that a · size splits evenly over the devices
+            blocks = np.pad(blocks, ((0, 0), (0, pad)))
+            mask = np.pad(mask, ((0, 0), (0, pad)))
 
         def draw(key, x, y, aux):
             blocks, mask = aux
             k = jax.random.randint(key, (per_step,), 0, p)
-            idx = blocks[k].reshape(-1)
-            return x[idx], y[idx], {"obs_mask": mask[k].reshape(-1), "obs_scale": p / per_step}
+            idx = sharding.split_rows(blocks[k].reshape(-1), mesh)
+            xb, yb = sharding.split_rows(x[idx], mesh), sharding.split_rows(y[idx], mesh)
+            obs_mask = sharding.split_rows(mask[k].reshape(-1), mesh)
+            return xb, yb, {"obs_mask": obs_mask, "obs_scale": p / per_step}
 
-        return draw, (blocks, mask)
+        return draw, (jnp.asarray(blocks), jnp.asarray(mask))
     if batch_size is not None and batch_size < n:
+        if mesh is not None and batch_size % mesh.size:
+            mesh = None  # rows cannot split evenly: every device computes the whole batch
+
         def draw(key, x, y, aux):
-            idx = jax.random.randint(key, (batch_size,), 0, n)
-            return x[idx], y[idx], {"n_total": n}
+            idx = sharding.split_rows(jax.random.randint(key, (batch_size,), 0, n), mesh)
+            return sharding.split_rows(x[idx], mesh), sharding.split_rows(y[idx], mesh), {"n_total": n}
 
         return draw, ()
     return (lambda key, x, y, aux: (x, y, {})), ()
@@ -100,6 +115,7 @@ def run_svi(
     init_params: dict | None = None,
     loss=None,
     checkpoint: ckpt_io.Checkpoint | None = None,
+    devices: int | None = None,
 ) -> SVIResult:
     """Maximise the ELBO of ``model`` under ``guide`` with Adam; ``steps`` is an upper bound.
 
@@ -125,17 +141,27 @@ def run_svi(
     an uninterrupted run's). With a checkpoint, Ctrl-C (SIGINT) stops after the current chunk
     (a jitted chunk cannot be cut short), saves, and returns the result so far with
     ``interrupted=True``; a Ctrl-C after that one has been handled raises KeyboardInterrupt.
+
+    ``devices``: how many JAX devices share each step's rows (:mod:`ssgp_ppl.sharding`; default
+    all of ``jax.devices()`` when steps draw partitions or a minibatch, else 1). Under
+    :mod:`jax.distributed` every process runs this with the same arguments and the mesh spans
+    all processes' devices; only process 0 writes the checkpoint.
     """
     if steps < 1:
         raise SSGPError(f"steps must be >= 1, got {steps}")
+    rows_drawn = partitions is not None or (batch_size is not None and batch_size < np.shape(x)[0])
+    if devices is None:
+        devices = len(jax.devices()) if rows_drawn or jax.process_count() > 1 else 1
+    mesh = sharding.row_mesh(devices)
     x = jnp.asarray(x)
     y = jnp.asarray(y)
-    draw, aux = batch_sampler(x.shape[0], batch_size, partitions, per_step)
+    draw, aux = batch_sampler(x.shape[0], batch_size, partitions, per_step, mesh)
     step_size = lr if not lr_halflife else (lambda t: lr * 0.5 ** (t / lr_halflife))
     svi = SVI(model, guide, numpyro.optim.ClippedAdam(step_size=step_size, clip_norm=100.0),
               Trace_ELBO(num_particles=num_particles) if loss is None else loss)
     key_init, key_batch = jax.random.split(jax.random.PRNGKey(seed))
-    xb, yb, kw = draw(key_batch, x, y, aux)
+    draw0, aux0 = batch_sampler(x.shape[0], batch_size, partitions, per_step)  # this process only
+    xb, yb, kw = draw0(key_batch, x, y, aux0)
     state = svi.init(key_init, xb, yb, init_params=init_params, **kw)
 
     def run_chunk(state, key, x, y, aux, length):  # data are arguments, never baked-in constants
@@ -168,10 +194,15 @@ def run_svi(
         means, noise_var = list(saved.means), list(saved.noise_var)
         seconds_before = saved.seconds
     last_saved = done
+    # data, state and key on every device of the mesh (global arrays across processes)
+    state, key_batch, x, y, aux = sharding.replicate((state, key_batch, x, y, aux), mesh)
+    writer = jax.process_index() == 0
     start = time.perf_counter()
 
     def save():
-        ckpt_io.save(checkpoint, [np.asarray(v) for v in jax.tree.leaves(state)], key_batch, done,
+        if not writer:
+            return
+        ckpt_io.save(checkpoint, sharding.host(jax.tree.leaves(state)), sharding.host(key_batch), done,
                      np.concatenate(losses) if losses else np.zeros(0), means, noise_var,
                      converged, seconds_before + time.perf_counter() - start, first_chunk)
 
@@ -195,7 +226,7 @@ def run_svi(
                 length = min(chunk, steps - done)
                 t_chunk = time.perf_counter()
                 state, key_batch, chunk_losses = run_chunk(state, key_batch, x, y, aux, length)
-                chunk_losses = np.asarray(chunk_losses)
+                chunk_losses = sharding.host(chunk_losses)
                 if done == 0:
                     first_chunk = (length, time.perf_counter() - t_chunk)
                 if not np.all(np.isfinite(chunk_losses)):
@@ -214,7 +245,7 @@ def run_svi(
                 bar.update(length)
                 bar.set_postfix(loss=f"{means[-1]:.4g}", refresh=False)
                 if callback is not None:
-                    callback(done, svi.get_params(state))
+                    callback(done, sharding.host(svi.get_params(state)))
                 if len(means) >= 2 * patience and done >= min_steps:
                     before = np.mean(means[-2 * patience:-patience])
                     after = np.mean(means[-patience:])
@@ -230,7 +261,7 @@ def run_svi(
     if checkpoint is not None:
         save()
     seconds = seconds_before + time.perf_counter() - start
-    params = svi.get_params(state)
+    params = jax.tree.map(jnp.asarray, sharding.host(svi.get_params(state)))
     return SVIResult(params, np.concatenate(losses) if losses else np.zeros(0), done, converged,
                      seconds, first_chunk, stop["requested"] and done < steps and not converged)
 

@@ -77,6 +77,15 @@ CASES = {
                   ["predictive.samples", ">= 1"]),
     "unknown-set-key": (lambda t: ["ssgp", "--data", "pendulum", "--set", "lerning_rate=0.1"],
                         ["unknown key", "lerning_rate"]),
+    # training across processes (checked before jax.distributed starts)
+    "processes-incomplete": (lambda t: ["svbssgp", "--data", "pendulum", "--coordinator", "127.0.0.1:9"],
+                             ["needs all of --coordinator", "--num-processes", "--process-id"]),
+    "process-id-too-large": (lambda t: ["svbssgp", "--data", "pendulum", "--coordinator", "127.0.0.1:9",
+                                        "--num-processes", "2", "--process-id", "2"],
+                             ["--process-id must be below --num-processes 2, got 2"]),
+    "coordinator-without-port": (lambda t: ["svbssgp", "--data", "pendulum", "--coordinator", "node0",
+                                            "--num-processes", "2", "--process-id", "0"],
+                                 ["--coordinator must be HOST:PORT", "node0"]),
     # catalog files
     "catalog-unknown-key": (lambda t: [_toml(t, BASE.replace("m = 5", "m = 5\nsize = 3")),
                                        "--data", "pendulum"], ["entry.toml", "model.size", "unknown key"]),
