@@ -117,6 +117,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="continue the run in DIR (its run.json and checkpoint.npz; give no model "
                    "or --data): the same final parameters as an uninterrupted run")
 
+    k = f.add_argument_group("Dask cluster (the optional dask extra)")
+    k.add_argument("--dask", nargs="?", const="local", metavar="ADDRESS",
+                   help="run the test predictions (and tan_local's local fits) in chunks on a Dask "
+                   "cluster: a local one of --dask-workers processes, or the scheduler at ADDRESS "
+                   "(tcp://host:8786)")
+    k.add_argument("--dask-workers", type=_positive, default=2, metavar="N",
+                   help="worker processes of the local cluster (default 2)")
     g = f.add_argument_group("training across processes (jax.distributed; svi and ml)")
     g.add_argument("--coordinator", metavar="HOST:PORT",
                    help="address of process 0; start the same command once per process")
@@ -279,8 +286,16 @@ def cmd_fit(args) -> int:
             print(f"β = {sel.beta:g} (validation {sel.criterion} {min(sel.scores):.4g}, "
                   f"{len(sel.grid)} values, {sel.seconds:.0f} s)", file=sys.stderr)
         entry = entry.with_overrides([f"inference.svi.beta={beta!r}"])
-    res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress,
-              checkpoint=checkpoint)
+    if args.dask:
+        from ssgp_ppl.cluster import client
+
+        address = None if args.dask == "local" else args.dask
+        with client(address, workers=args.dask_workers) as dask_client:
+            res = fit(entry, data, method, seed=args.seed, steps=args.steps,
+                      progress=not args.no_progress, checkpoint=checkpoint, client=dask_client)
+    else:
+        res = fit(entry, data, method, seed=args.seed, steps=args.steps,
+                  progress=not args.no_progress, checkpoint=checkpoint)
     record = metrics_record(res, data)
     if not writer:
         return 130 if res.info.get("interrupted") else 0

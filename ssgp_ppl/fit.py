@@ -225,6 +225,7 @@ def fit(
     partitions: Partitions | None = None,
     spectral_points=None,
     checkpoint: Checkpoint | None = None,
+    client=None,
 ) -> FitResult:
     """Fit ``entry`` on ``data`` with ``method`` (default: the entry's own), predict, score.
 
@@ -236,6 +237,8 @@ def fit(
     ``checkpoint`` (``svi`` and ``ml``): save the optimiser state as :func:`run_svi` says, or resume
     from it; its fingerprint is this run's (:func:`run_fingerprint`). After a Ctrl-C the result
     holds the predictions of the parameters so far and ``info["interrupted"]`` is True.
+    ``client`` (a ``distributed.Client``, :mod:`ssgp_ppl.cluster`): the test rows' predictions,
+    and the adaptive-neighbourhood fits of ``local``, run in chunks on that Dask cluster.
     """
     method = method or entry.methods[0]
     if method not in METHODS:
@@ -252,7 +255,7 @@ def fit(
                                                                      steps, given))
     if method in TAN_METHODS:
         return _fit_tan(entry, data, method, seed=seed, steps=steps, progress=progress,
-                        spectral_points=spectral_points)
+                        spectral_points=spectral_points, client=client)
     x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
     spec = entry.spec(data.n_features)
     if spectral_points is None and entry.methods[0] == "ncvmp":
@@ -353,8 +356,15 @@ def fit(
     if pred["integrate_nuisance"] and cond is not None and pred["rule"] == "degenerate":
         loc, tril = jax.vmap(lambda d: cond(params, d))(draws)
         pred_sites = {**sites, "nuisance": loc, "nuisance_tril": tril}
-    mean, var, mean_f, var_f, var_y = predict(pred_sites, data, pred["rule"], gamma=pred["gamma"],
-                                              partitions=partitions, lik=lik)
+    if client is None:
+        mean, var, mean_f, var_f, var_y = predict(pred_sites, data, pred["rule"], gamma=pred["gamma"],
+                                                  partitions=partitions, lik=lik)
+    else:
+        from ssgp_ppl.cluster import predict_distributed
+
+        mean, var, mean_f, var_f, var_y = predict_distributed(
+            pred_sites, data, pred["rule"], gamma=pred["gamma"], partitions=partitions, lik=lik,
+            client=client)
     predict_seconds = time.perf_counter() - t1
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
     check_finite(f"{entry.name}:{method} predictions of the test rows", mean, var)
@@ -399,7 +409,7 @@ def spectral_candidates(entry: CatalogEntry, spec, restarts: int):
 
 
 def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, steps: int | None,
-             progress: bool, spectral_points=None) -> FitResult:
+             progress: bool, spectral_points=None, client=None) -> FitResult:
     """Seed 004: NCVMP on the training split (``ncvmp``) or adaptive neighbourhoods (``local``)."""
     spec = entry.spec(data.n_features)
     if spectral_points is not None:
@@ -450,11 +460,17 @@ def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, step
         extra = {}
     else:
         lc = entry.settings("local")
-        out = local_predict(np.asarray(x), np.asarray(y), np.asarray(x_test), prior, m=spec.m,
-                            k=lc["k"], settings=settings,
-                            key=jax.random.PRNGKey(entry.config["model"]["spectral_seed"]),
-                            adapt=lc["adapt"], batch=lc["batch"], progress=progress,
-                            desc=f"{entry.name}:local")
+        kw = dict(m=spec.m, k=lc["k"], settings=settings,
+                  key=jax.random.PRNGKey(entry.config["model"]["spectral_seed"]),
+                  adapt=lc["adapt"], batch=lc["batch"])
+        if client is None:
+            out = local_predict(np.asarray(x), np.asarray(y), np.asarray(x_test), prior,
+                                progress=progress, desc=f"{entry.name}:local", **kw)
+        else:
+            from ssgp_ppl.cluster import local_predict_distributed
+
+            out = local_predict_distributed(np.asarray(x), np.asarray(y), np.asarray(x_test), prior,
+                                            client=client, **kw)
         fit_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         mean_s, var_s = jnp.asarray(out.mean), jnp.asarray(out.var)

@@ -66,14 +66,20 @@ def weighted_neighbours(x_train, x_query, weights, k: int):
 
 def local_predict(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k: int,
                   settings: ncvmp.NCVMPSettings, key, adapt: bool = True, batch: int = 32,
-                  progress: bool = True, desc: str = "local") -> LocalResult:
-    """Seed 004 §6 for every test point; x (n, d), y (n,), x_test (n*, d) as numpy arrays."""
+                  progress: bool = True, desc: str = "local", offset: int = 0) -> LocalResult:
+    """Seed 004 §6 for every test point; x (n, d), y (n,), x_test (n*, d) as numpy arrays.
+
+    Test row j draws its spectral sets from ``fold_in(fold_in(key, stage), offset + j)``: a call on
+    rows r:r' of a test set with ``offset=r`` reproduces those rows' draws of the whole call (the
+    chunks of :func:`ssgp_ppl.cluster.local_predict_distributed`)."""
     x_train = np.asarray(x_train)
     y_train = np.asarray(y_train)
     x_test = np.asarray(x_test)
     n, d = x_train.shape
     if k > n:
         raise SSGPError(f"inference.local.k = {k} exceeds the {n} training rows")
+    if offset < 0:
+        raise SSGPError(f"offset must be >= 0, got {offset}")
     ncvmp.check_data(x_train[:k], y_train[:k], m)
     dtype = jnp.result_type(float)
     n_star = len(x_test)
@@ -82,7 +88,7 @@ def local_predict(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k:
 
     def sets(stage, rows):
         keys = jax.vmap(lambda j: jax.random.fold_in(jax.random.fold_in(key, stage), j))(
-            jnp.asarray(rows))
+            jnp.asarray(offset + rows))
         return jax.vmap(lambda kk: ncvmp.spectral_sets(kk, settings.restarts, m, d, dtype))(keys)
 
     def run(idx, stage, bar):
