@@ -23,16 +23,18 @@ import platform
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, before numpy loads
 
-from ssgp_ppl.catalog import load_entry
-from ssgp_ppl.datasets import load
-from ssgp_ppl.fit import predict
-from ssgp_ppl.inference import empty_guide, guide_draws, run_svi, site_values
-from ssgp_ppl.metrics import mnlp, rmse
-from ssgp_ppl.partitions import kmeans_partitions
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ssgp_ppl.catalog import load_entry  # noqa: E402
+from ssgp_ppl.datasets import load  # noqa: E402
+from ssgp_ppl.fit import predict  # noqa: E402
+from ssgp_ppl.inference import empty_guide, guide_draws, run_svi, site_values  # noqa: E402
+from ssgp_ppl.metrics import mnlp, rmse  # noqa: E402
+from ssgp_ppl.partitions import kmeans_partitions  # noqa: E402
 
 EXTRA_SETS: list[str] = []  # --set overrides applied to the svbssgp and vssgp runs
 

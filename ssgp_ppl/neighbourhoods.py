@@ -14,6 +14,8 @@ would have to be rebuilt per point, O(n log n)).
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import NamedTuple
 
@@ -54,6 +56,11 @@ def _fit_batch(xs, ys, sets, xq, prior, settings):
     return jax.vmap(one)(xs, ys, sets, xq)
 
 
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def weighted_neighbours(x_train, x_query, weights, k: int):
     """Indices (n*, k) of the k nearest rows under the eq. (16) metric, weights (n*, d) = μ_λ²."""
     out = np.empty((len(x_query), k), np.int64)
@@ -66,12 +73,15 @@ def weighted_neighbours(x_train, x_query, weights, k: int):
 
 def local_predict(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k: int,
                   settings: ncvmp.NCVMPSettings, key, adapt: bool = True, batch: int = 32,
-                  progress: bool = True, desc: str = "local", offset: int = 0) -> LocalResult:
+                  progress: bool = True, desc: str = "local", offset: int = 0,
+                  threads: int | None = None) -> LocalResult:
     """Seed 004 §6 for every test point; x (n, d), y (n,), x_test (n*, d) as numpy arrays.
 
     Test row j draws its spectral sets from ``fold_in(fold_in(key, stage), offset + j)``: a call on
     rows r:r' of a test set with ``offset=r`` reproduces those rows' draws of the whole call (the
-    chunks of :func:`ssgp_ppl.cluster.local_predict_distributed`)."""
+    chunks of :func:`ssgp_ppl.cluster.local_predict_distributed`). The batches of ``batch`` fits
+    (vmapped) run on ``threads`` threads (default: the cores this process may use), results
+    independent of the thread count."""
     x_train = np.asarray(x_train)
     y_train = np.asarray(y_train)
     x_test = np.asarray(x_test)
@@ -91,17 +101,25 @@ def local_predict(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k:
             jnp.asarray(offset + rows))
         return jax.vmap(lambda kk: ncvmp.spectral_sets(kk, settings.restarts, m, d, dtype))(keys)
 
+    def one(stage, idx, lo):
+        rows = np.arange(lo, min(lo + batch, n_star))
+        pad = np.concatenate([rows, np.full(batch - len(rows), rows[-1])])  # fixed shapes
+        res = _fit_batch(jnp.asarray(x_train[idx[pad]], dtype), jnp.asarray(y_train[idx[pad]], dtype),
+                         sets(stage, pad), jnp.asarray(x_test[pad], dtype), prior, settings)
+        return [np.asarray(r)[: len(rows)] for r in res]
+
+    starts = range(0, n_star, batch)
+    workers = max(1, min(len(starts), threads or _cores()))
+
     def run(idx, stage, bar):
+        # batches on ``workers`` threads (a jitted call releases the GIL): each batch's result is
+        # the same whichever thread computes it; map keeps their order
         outs = []
-        for lo in range(0, n_star, batch):
-            rows = np.arange(lo, min(lo + batch, n_star))
-            pad = np.concatenate([rows, np.full(batch - len(rows), rows[-1])])  # fixed shapes
-            res = _fit_batch(jnp.asarray(x_train[idx[pad]], dtype), jnp.asarray(y_train[idx[pad]],
-                                                                                 dtype),
-                             sets(stage, pad), jnp.asarray(x_test[pad], dtype), prior, settings)
-            outs.append([np.asarray(r)[: len(rows)] for r in res])
-            if bar is not None:
-                bar.update(len(rows))
+        with ThreadPoolExecutor(workers) as pool:
+            for lo, out in zip(starts, pool.map(lambda lo: one(stage, idx, lo), starts), strict=True):
+                outs.append(out)
+                if bar is not None:
+                    bar.update(min(batch, n_star - lo))
         return [np.concatenate(parts) for parts in zip(*outs, strict=True)]
 
     bar = None

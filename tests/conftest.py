@@ -8,6 +8,9 @@ from pathlib import Path
 # fits of the same entries on the same data; a clean clone starts it empty. Set before JAX starts.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# one OpenBLAS thread (jaxlib's CPU LAPACK kernels): its spinning threads against the other worker
+# made QR/Cholesky steps 20-100x slower (ssgp_ppl/__init__.py; set before numpy loads)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # Each xdist worker (and the CLI / notebook subprocesses it starts, which inherit this) on a core of
 # its own: XLA's CPU thread pool sizes itself to the machine, and two workers' pools on 2 cores
