@@ -142,16 +142,20 @@ def run_svi(
     (a jitted chunk cannot be cut short), saves, and returns the result so far with
     ``interrupted=True``; a Ctrl-C after that one has been handled raises KeyboardInterrupt.
 
-    ``devices``: how many JAX devices share each step's rows (:mod:`ssgp_ppl.sharding`; default
-    all of ``jax.devices()`` when steps draw partitions or a minibatch, else 1). Under
-    :mod:`jax.distributed` every process runs this with the same arguments and the mesh spans
-    all processes' devices; only process 0 writes the checkpoint.
+    ``devices``: how many JAX devices share each step's rows (:mod:`ssgp_ppl.sharding`). Default:
+    all of ``jax.devices()`` under :mod:`jax.distributed` (every process runs this with the same
+    arguments, the mesh spans all processes' devices, process 0 writes the checkpoint) and on
+    accelerators when steps draw partitions or a minibatch; 1 on a single CPU process, whose host
+    "devices" (``--xla_force_host_platform_device_count``, set by the CLI for NUTS chains) share the
+    same cores: splitting svbssgp's 1000-row step over 2 or 4 of them on 2 cores took 2.26 and
+    3.20 ms against 1.69 ms on one (``benchmarks/performance.py devices``).
     """
     if steps < 1:
         raise SSGPError(f"steps must be >= 1, got {steps}")
     rows_drawn = partitions is not None or (batch_size is not None and batch_size < np.shape(x)[0])
     if devices is None:
-        devices = len(jax.devices()) if rows_drawn or jax.process_count() > 1 else 1
+        several = jax.process_count() > 1 or (rows_drawn and jax.default_backend() != "cpu")
+        devices = len(jax.devices()) if several else 1
     mesh = sharding.row_mesh(devices)
     x = jnp.asarray(x)
     y = jnp.asarray(y)
