@@ -65,18 +65,25 @@ def nuts(a) -> dict:
     leave them unchanged, so their ESS is meaningful where the sites' is not)."""
     from arviz_stats import ess, rhat
 
-    data = datasets.load("pendulum")
-    entry = catalog.load_entry("ssgp_svi").with_overrides(
+    base = catalog.load_entry(a.model)
+    data = datasets.load("pendulum", x_scaling=base.config["data"]["x_scaling"])
+    entry = base.with_overrides(
         [f"m={a.m}", f"nuts.warmup={a.warmup}", f"nuts.samples={a.samples}", f"nuts.chains={a.chains}"])
     t = time.perf_counter()
     res = fit.fit(entry, data, "nuts", seed=a.seed, progress=False)
     wall = time.perf_counter() - t
     inv = res.datatree["invariants"].to_dataset()
-    out = {"experiment": "nuts", "model": "ssgp_svi", "m": a.m, "chains": a.chains,
+    stats = res.datatree["sample_stats"]
+    steps = np.asarray(stats["n_steps"]) if "n_steps" in stats else None
+    out = {"experiment": "nuts", "model": a.model, "m": a.m, "chains": a.chains,
            "warmup": a.warmup, "samples": a.samples, "chain_method":
            "parallel" if jax.local_device_count() >= a.chains else "vectorized",
            "wall_seconds": wall, "nuts_seconds": res.info["fit_seconds"],
            "divergences": res.info["divergences"], "quantities": {}}
+    if steps is not None:  # leapfrog steps (gradient evaluations) per draw, post-warm-up draws
+        out["leapfrog_per_draw_mean"] = float(steps.mean())
+        out["leapfrog_per_draw_max"] = int(steps.max())
+        out["share_at_max_tree_depth"] = float(np.mean(steps >= 1023))
     for name in inv.data_vars:
         bulk = np.asarray(ess(inv[name], method="bulk")).ravel()
         tail = np.asarray(ess(inv[name], method="tail")).ravel()
@@ -186,6 +193,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="experiment", required=True)
     q = sub.add_parser("nuts")
+    q.add_argument("--model", default="ssgp_svi", help="a catalog entry with NUTS (ssgp_svi, tan_va_svi)")
     q.add_argument("--m", type=int, default=20)
     q.add_argument("--chains", type=int, default=4)
     q.add_argument("--warmup", type=int, default=1000)

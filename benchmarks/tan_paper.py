@@ -53,47 +53,63 @@ def _va(entry, data, rep, **kw):
     return res, time.perf_counter() - t
 
 
-def pendulum(args) -> dict:
+def _pendulum_rep(item, alg1_ms=()) -> list[dict]:
+    """One repetition (m, rep) of §7.1: VA (Algorithm 2; Algorithm 1 vs 2 when m is in
+    ``alg1_ms``) and SSGP (fixed) on the fixed pendulum split with spectral set ``rep``."""
+    m, rep = item
     data = datasets.load("pendulum", x_scaling="minmax")
     x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+    va_entry = catalog.load_entry("tan_va").with_overrides(PENDULUM_PRIOR + [f"m={m}"])
+    ssgp_entry = catalog.load_entry("ssgp_fixed").with_overrides([f"m={m}"])
     out = []
-    for m in args.ms:
-        reps = args.reps if m <= 50 else args.reps_large
-        va_entry = catalog.load_entry("tan_va").with_overrides(PENDULUM_PRIOR + [f"m={m}"])
-        ssgp_entry = catalog.load_entry("ssgp_fixed").with_overrides([f"m={m}"])
-        for rep in range(reps):
-            res, secs = _va(va_entry, data, rep)
-            rec = {"experiment": "pendulum", "m": m, "rep": rep, "method": "VA (Algorithm 2)",
-                   "nmse": res.metrics["nmse"], "mnlp": res.metrics["mnlp"],
-                   "bound": res.info["bound"], "iterations": res.info["iterations"],
-                   "seconds": secs}
-            _log(rec)
-            out.append(rec)
-            if m in args.alg1_ms:
-                # Algorithm 1 from §4's start on the spectral set Algorithm 2 kept (§7.1 protocol);
-                # Algorithm 2 rerun on that set alone, so both count only their own iterations
-                spec = va_entry.spec(data.n_features)
-                prior = ncvmp.tan_prior(spec)
-                pts = jnp.asarray(res.info["spectral_points"])[None]
-                for alg in (1, 2):
-                    settings = fit.ncvmp_settings(va_entry)._replace(algorithm=alg, restarts=1)
-                    t = time.perf_counter()
-                    r = ncvmp.fit_ncvmp(x, y - y.mean(), pts, prior, settings)
-                    jax.block_until_ready(r)
-                    rec = {"experiment": "pendulum_alg", "m": m, "rep": rep, "algorithm": alg,
-                           "bound": float(r.bound), "iterations": int(r.iterations),
-                           "converged": bool(r.converged), "seconds": time.perf_counter() - t}
-                    _log(rec)
-                    out.append(rec)
+    res, secs = _va(va_entry, data, rep)
+    rec = {"experiment": "pendulum", "m": m, "rep": rep, "method": "VA (Algorithm 2)",
+           "nmse": res.metrics["nmse"], "mnlp": res.metrics["mnlp"],
+           "bound": res.info["bound"], "iterations": res.info["iterations"],
+           "seconds": secs}
+    _log(rec)
+    out.append(rec)
+    if m in alg1_ms:
+        # Algorithm 1 from §4's start on the spectral set Algorithm 2 kept (§7.1 protocol);
+        # Algorithm 2 rerun on that set alone, so both count only their own iterations
+        spec = va_entry.spec(data.n_features)
+        prior = ncvmp.tan_prior(spec)
+        pts = jnp.asarray(res.info["spectral_points"])[None]
+        for alg in (1, 2):
+            settings = fit.ncvmp_settings(va_entry)._replace(algorithm=alg, restarts=1)
             t = time.perf_counter()
-            res = fit.fit(ssgp_entry.with_overrides([f"spectral_seed={rep}"]), data, "ml",
-                          seed=rep, progress=False)
-            rec = {"experiment": "pendulum", "m": m, "rep": rep, "method": "SSGP (fixed)",
-                   "nmse": res.metrics["nmse"], "mnlp": res.metrics["mnlp"],
-                   "seconds": time.perf_counter() - t}
+            r = ncvmp.fit_ncvmp(x, y - y.mean(), pts, prior, settings)
+            jax.block_until_ready(r)
+            rec = {"experiment": "pendulum_alg", "m": m, "rep": rep, "algorithm": alg,
+                   "bound": float(r.bound), "iterations": int(r.iterations),
+                   "converged": bool(r.converged), "seconds": time.perf_counter() - t}
             _log(rec)
             out.append(rec)
-    return {"records": out}
+    t = time.perf_counter()
+    res = fit.fit(ssgp_entry.with_overrides([f"spectral_seed={rep}"]), data, "ml",
+                  seed=rep, progress=False)
+    rec = {"experiment": "pendulum", "m": m, "rep": rep, "method": "SSGP (fixed)",
+           "nmse": res.metrics["nmse"], "mnlp": res.metrics["mnlp"],
+           "seconds": time.perf_counter() - t}
+    _log(rec)
+    out.append(rec)
+    return out
+
+
+def pendulum(args) -> dict:
+    """Every (m, repetition) in turn, or as tasks on a Dask cluster with ``--dask [ADDRESS]``
+    (ssgp_ppl.cluster; the same records in the same order; the timings are then concurrent)."""
+    items = [(m, rep) for m in args.ms for rep in range(args.reps if m <= 50 else args.reps_large)]
+    if args.dask is None:
+        per_item = [_pendulum_rep(it, tuple(args.alg1_ms)) for it in items]
+    else:
+        from ssgp_ppl import cluster
+
+        with cluster.client(None if args.dask == "local" else args.dask,
+                            workers=args.dask_workers) as c:
+            per_item = cluster.map_chunks(_pendulum_rep, items, c,
+                                          shared={"alg1_ms": tuple(args.alg1_ms)})
+    return {"records": [r for recs in per_item for r in recs]}
 
 
 def autompg(args) -> dict:
@@ -242,6 +258,9 @@ def main() -> None:
     a.add_argument("--reps", type=int, default=10)
     a.add_argument("--reps-large", type=int, default=3, help="repetitions for m > 50")
     a.add_argument("--alg1-ms", nargs="*", type=int, default=[10, 25, 50, 100])
+    a.add_argument("--dask", nargs="?", const="local", metavar="ADDRESS",
+                   help="repetitions as tasks on a Dask cluster: a local one, or the scheduler at ADDRESS")
+    a.add_argument("--dask-workers", type=int, default=2)
     b = sub.add_parser("autompg")
     b.add_argument("--reps", type=int, default=10)
     b.add_argument("--ks", nargs="+", type=int, default=[20, 40, 60, 80, 100])

@@ -102,18 +102,28 @@ def joint_affine_guide(spec: SSGPSpec, psi: str = "normal", df: float = 5.0,
                                                  event_dim=2))
         numpyro.sample("nuisance", dist.Delta(alpha[n_theta:], event_dim=1))
 
-    def nuisance_conditional(params, draw):
-        """q(s | θ) = N(b_s + L_sθ L_θθ⁻¹(θ − b_θ), L_ss L_ssᵀ) with M = L Q (LQ factorisation)."""
+    def conditional_and_marginal(params, draw):
+        """q(s | θ) = N(b_s + L_sθ L_θθ⁻¹(θ − b_θ), L_ss L_ssᵀ) with M = L Q (LQ factorisation),
+        and log q(θ) = log N(θ | b_θ, L_θθ L_θθᵀ) from the same factor (θ − b_θ = L_θθ w): the
+        objectives' KL term needs log q(θ, s) − log q(s | θ), which this gives without the
+        slogdet (an LU of the D × D matrix M) and the s-solve that difference costs."""
         mat = scale0[:, None] * params["alpha_matrix"]
         q, r = jnp.linalg.qr(mat.T)
         low = r.T * jnp.sign(jnp.diagonal(r))[None, :]  # lower triangular, positive diagonal
         loc = params["alpha_loc"]
         w = solve_triangular(low[:n_theta, :n_theta], draw["frequencies"].ravel() - loc[:n_theta],
                              lower=True)
-        return loc[n_theta:] + low[n_theta:, :n_theta] @ w, low[n_theta:, n_theta:]
+        log_q_theta = (-0.5 * (w @ w) - jnp.sum(jnp.log(jnp.diagonal(low)[:n_theta]))
+                       - 0.5 * n_theta * math.log(2 * math.pi))
+        return loc[n_theta:] + low[n_theta:, :n_theta] @ w, low[n_theta:, n_theta:], log_q_theta
 
+    def nuisance_conditional(params, draw):
+        return conditional_and_marginal(params, draw)[:2]
+
+    nuisance_conditional.__doc__ = conditional_and_marginal.__doc__
     if psi == "normal":  # under ψ = Student-t, s | θ is not Gaussian: s is drawn
         guide.nuisance_conditional = nuisance_conditional
+        guide.conditional_and_marginal = conditional_and_marginal
     return guide
 
 

@@ -106,9 +106,13 @@ def particle(key, params, model, guide, x, model_kwargs: dict) -> Particle:
     cond = getattr(guide, "nuisance_conditional", None)
     if cond is None:
         return Particle(phi @ s, jnp.zeros(x.shape[0], phi.dtype), scale, log_q - log_p)
-    loc, tril = cond(params, draw)
+    both = getattr(guide, "conditional_and_marginal", None)  # log q(rest) without log q(θ, s)
+    if both is not None:
+        loc, tril, log_q_rest = both(params, draw)
+    else:
+        loc, tril = cond(params, draw)
+        log_q_rest = log_q - dist.MultivariateNormal(loc, scale_tril=tril).log_prob(s)
     prior_sd = signal / math.sqrt(spec.m)
-    log_q_rest = log_q - dist.MultivariateNormal(loc, scale_tril=tril).log_prob(s)
     log_p_rest = log_p - jnp.sum(dist.Normal(0.0, prior_sd).log_prob(s))
     kl = log_q_rest - log_p_rest + gaussian_kl(loc, tril, prior_sd)
     return Particle(phi @ loc, jnp.sum((phi @ tril) ** 2, axis=-1), scale, kl)
