@@ -33,6 +33,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ssgp_ppl import catalog, datasets, fit, ncvmp  # noqa: E402
+from ssgp_ppl.io import print_json  # noqa: E402
 from ssgp_ppl.neighbourhoods import local_predict  # noqa: E402
 
 
@@ -221,11 +222,7 @@ def main():
           "devices": devices}[a.experiment]
     result = {"machine": machine(), "command": "python benchmarks/performance.py " + " ".join(sys.argv[1:]),
               **fn(a)}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n")
+    print_json(result, a.out)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from jax.scipy.special import gammaln, logsumexp
 from jax.scipy.stats import norm
 
 from ssgp_ppl.linalg import cholesky
+from ssgp_ppl.mixture import initial_components
 from ssgp_ppl.spectral import TWO_PI, features
 
 HAND_WRITTEN = "hand_written"
@@ -598,12 +599,8 @@ def mixture_elbo(spec, *, components: int, init_scale: float, spread: float,
     _check_alpha(spec, "mixture")
     m, d = spec.m, spec.d
     n_theta = m * d
-    loc0, scale0 = _alpha_init(spec, init_scale)
-    jitter = np.random.default_rng(0).standard_normal((components, loc0.shape[0]))
-    jitter[0] = 0.0
-    locs0 = loc0 + spread * (scale0 / init_scale) * jnp.asarray(jitter, loc0.dtype)
-    params = {"alpha_loc": locs0, "alpha_scale": jnp.log(jnp.broadcast_to(scale0, locs0.shape)),
-              **_alpha_hypers_init(spec)}
+    locs0, scales0 = initial_components(spec, components, init_scale, spread)  # the guide's start
+    params = {"alpha_loc": locs0, "alpha_scale": jnp.log(scales0), **_alpha_hypers_init(spec)}
     lik = spec.lik.name
 
     def loss(params, key, x, y, kw):

@@ -59,6 +59,8 @@ import time  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ssgp_ppl.io import print_json  # noqa: E402
+
 ROWS_PER_STEP = 1000
 PER_STEP = 10  # a, partitions per step (the catalog's own value for every partition entry)
 
@@ -233,13 +235,7 @@ def main():
            "steps": a.steps, "chunk": a.chunk, "repeats": a.repeats,
            "timed_steps": a.steps - a.chunk, "target_ratio": 1.3,
            "wall_seconds": time.perf_counter() - t0, "entries": rows}
-    text = json.dumps(res, indent=1)
-    if a.out:
-        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-        with open(a.out + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(a.out + ".tmp", a.out)
-    print(text)
+    print_json(res, a.out)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from ssgp_ppl.catalog import load_entry  # noqa: E402
 from ssgp_ppl.datasets import load  # noqa: E402
 from ssgp_ppl.fit import predict  # noqa: E402
 from ssgp_ppl.inference import empty_guide, guide_draws, run_svi, site_values  # noqa: E402
+from ssgp_ppl.io import print_json  # noqa: E402
 from ssgp_ppl.metrics import mnlp, rmse  # noqa: E402
 from ssgp_ppl.partitions import kmeans_partitions  # noqa: E402
 
@@ -232,13 +233,7 @@ def main():
            "nscan": exp_nscan, "baselines": exp_baselines}[a.experiment](a)
     res.update(machine=f"{platform.machine()}, {os.cpu_count()} CPUs, {jax.default_backend()}",
                jax=jax.__version__, wall_seconds=time.perf_counter() - t, args=vars(a))
-    text = json.dumps(res, indent=1)
-    if a.out:
-        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-        with open(a.out + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(a.out + ".tmp", a.out)
-    print(text)
+    print_json(res, a.out)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,15 @@ def write_json(path: Path, obj) -> None:
                                        allow_nan=False) + "\n")
 
 
+def print_json(doc, out: str | Path | None = None) -> None:
+    """A benchmark's JSON document on stdout, and atomically in ``out`` (its folder made) if given."""
+    text = json.dumps(doc, indent=1)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(out), text + "\n")
+    print(text)
+
+
 def write_datatree(path: Path, dt) -> None:
     """netCDF (h5netcdf) of a DataTree, written atomically."""
     tmp = path.with_name(path.name + ".tmp")

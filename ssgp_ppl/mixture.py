@@ -34,6 +34,17 @@ from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
 
 
+def initial_components(spec, components: int, init_scale: float, spread: float):
+    """Starting means (K, D) and scales (K, D) of :func:`mixture_guide`'s components."""
+    from ssgp_ppl.guides import _alpha_init
+
+    loc0, scale0 = _alpha_init(spec, init_scale)
+    jitter = np.random.default_rng(0).standard_normal((components, loc0.shape[0]))
+    jitter[0] = 0.0
+    locs0 = loc0 + spread * (scale0 / init_scale) * jnp.asarray(jitter, loc0.dtype)
+    return locs0, jnp.broadcast_to(scale0, locs0.shape)
+
+
 def mixture_guide(spec, components: int = 3, init_scale: float = 0.1, spread: float = 1.0,
                   **_):
     """K equal-weight diagonal Gaussians over α = vec(θ, s) (seed 002; free parameterisation).
@@ -42,18 +53,14 @@ def mixture_guide(spec, components: int = 3, init_scale: float = 0.1, spread: fl
     draw (distinct starting points break the symmetry between components); scales at
     ``init_scale`` × the prior std.
     """
-    from ssgp_ppl.guides import _alpha_init, _check_alpha_sites
+    from ssgp_ppl.guides import _check_alpha_sites
 
     _check_alpha_sites("mixture", spec)
     if spec.density != "se":
         raise SSGPError("guide 'mixture' needs the SE spectral density (Gaussian prior on θ)")
     m, d = spec.m, spec.d
     n_theta = m * d
-    loc0, scale0 = _alpha_init(spec, init_scale)
-    jitter = np.random.default_rng(0).standard_normal((components, loc0.shape[0]))
-    jitter[0] = 0.0
-    locs0 = loc0 + spread * (scale0 / init_scale) * jnp.asarray(jitter, loc0.dtype)
-    scales0 = jnp.broadcast_to(scale0, locs0.shape)
+    locs0, scales0 = initial_components(spec, components, init_scale, spread)
 
     def guide(x, y=None, **kwargs):
         loc = numpyro.param("alpha_loc", locs0)
