@@ -21,7 +21,8 @@ hand-written loss and gradient against the package's for the same parameters, ba
   package's MultivariateNormal.log_prob solves L⁻¹(x − μ) to get ε back);
 * joint affine guide under the exact-in-s objectives: with M = LQ, θ's marginal is
   N(b_θ, L_θθL_θθᵀ), so log q(θ) needs neither log|det M| (the guide's ``slogdet``) nor
-  log q(s | θ) (a solve against L_ss): the package computes log q(α) and subtracts log q(s | θ);
+  log q(s | θ) (a solve against L_ss); the package did (log q(α) − log q(s | θ): ratio 1.23–1.30)
+  until its guide's ``conditional_and_marginal`` returned log q(θ) from the LQ factor too;
 * mean-field guide under those objectives: s is not drawn (only its closed-form KL enters) and
   Var f = (Φ ∘ Φ) σ_s², not ‖Φ diag(σ_s)‖² row by row.
 
@@ -501,8 +502,9 @@ def conditional_objective(spec, guide_name: str, kind: str, *, beta: float, part
     closed form, q(fᵢ | θ) = N(φᵢᵀμ_s, ‖L_sᵀφᵢ‖²), KL = log q(θ) − log p(θ) + KL(q(s|θ) ‖ p(s)).
 
     joint_affine: L from the LQ factorisation of M (once per step, as the package's vmap does);
-    log q(θ) = log N(L_θθ⁻¹(θ − b_θ); 0, I) − log|det L_θθ| directly (the package takes the
-    guide's log q(α), with ``slogdet`` of U, minus log q(s | θ), with a solve against L_ss).
+    log q(θ) = log N(L_θθ⁻¹(θ − b_θ); 0, I) − log|det L_θθ| directly, as the package's
+    ``conditional_and_marginal`` now does (tests/test_guides.py checks it against the guide's
+    log q(α) − log q(s | θ), the slogdet path).
     mean_field: log q(θ) from ε, s not drawn, Var f = (Φ ∘ Φ) σ_s²."""
     _check_alpha(spec, kind)
     _check(kind in ("elbo", "dlm_log", "dlm_square"), f"objective {kind}")

@@ -4,9 +4,11 @@ OpenBLAS is limited to one thread unless ``OPENBLAS_NUM_THREADS`` is set: jaxlib
 kernels (QR, Cholesky, triangular solves, determinants of the 2m × 2m and guide matrices) call
 scipy's OpenBLAS, whose worker threads cost more than they give at these sizes and spin against
 any other busy process (measured on 2 cores: ssgp's type-II ML step 1.49 → 0.96 ms, the log-DLM
-step 7.5 → 3.8 ms; with a second process busy, 17 ms and 440 ms with threads). It takes effect
-only when this package is imported before numpy (the CLI, the tests and the benchmarks are);
-otherwise set the variable yourself.
+step 7.5 → 3.8 ms; with a second process busy, 17 ms and 440 ms with threads). OpenBLAS reads
+the variable when it loads (numpy's with numpy; scipy's, which jaxlib calls, at the first JAX
+linear-algebra call or ``scipy.linalg`` import), so it takes effect when this package is imported
+before those (the CLI, the tests and the benchmarks do); otherwise set it yourself. It is inherited
+by subprocesses (Dask workers) and also limits numpy's own BLAS.
 """
 
 import os

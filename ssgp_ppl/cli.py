@@ -122,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="run the test predictions (and tan_local's local fits) in chunks on a Dask "
                    "cluster: a local one of --dask-workers processes, or the scheduler at ADDRESS "
                    "(tcp://host:8786)")
-    k.add_argument("--dask-workers", type=_positive, default=2, metavar="N",
+    k.add_argument("--dask-workers", type=_positive, metavar="N",
                    help="worker processes of the local cluster (default 2)")
     g = f.add_argument_group("training across processes (jax.distributed; svi and ml)")
     g.add_argument("--coordinator", metavar="HOST:PORT",
@@ -154,6 +154,16 @@ def _distributed(args) -> tuple | None:
     if rank >= processes:
         raise SSGPError(f"--process-id must be below --num-processes {processes}, got {rank}")
     return coordinator, processes, rank
+
+
+def _check_dask(args) -> None:
+    from ssgp_ppl.errors import SSGPError
+
+    if getattr(args, "dask_workers", None) is not None and not args.dask:
+        raise SSGPError("--dask-workers sizes the local cluster of --dask; give --dask too")
+    if getattr(args, "dask", None) and args.dask != "local" and ":" not in args.dask:
+        raise SSGPError(f"--dask takes a scheduler address (tcp://host:8786), got {args.dask!r}; "
+                        "put a bare --dask after the model name")
 
 
 def _setup_jax(x64: bool, distributed: tuple | None = None) -> None:
@@ -252,11 +262,12 @@ def cmd_fit(args) -> int:
     data = _load_data(args, entry)
     method = args.method or entry.methods[0]
     writer = jax.process_index() == 0  # across processes (jax.distributed) rank 0 writes
-    if jax.process_count() > 1 and (method not in ("svi", "ml") or args.select_beta):
+    if jax.process_count() > 1 and (method not in ("svi", "ml") or args.select_beta or args.dask):
         from ssgp_ppl.errors import SSGPError
 
+        extra = " --select-beta" if args.select_beta else " --dask" if args.dask else ""
         raise SSGPError(f"training across processes is for methods svi and ml without "
-                        f"--select-beta, not {method}{' --select-beta' if args.select_beta else ''}")
+                        f"--select-beta or --dask, not {method}{extra}")
     out = Path(args.out or f"runs/{entry.name}-{data.name}-{method}")
     out.mkdir(parents=True, exist_ok=True)
     if not args.resume and writer:
@@ -290,7 +301,7 @@ def cmd_fit(args) -> int:
         from ssgp_ppl.cluster import client
 
         address = None if args.dask == "local" else args.dask
-        with client(address, workers=args.dask_workers) as dask_client:
+        with client(address, workers=args.dask_workers or 2) as dask_client:
             res = fit(entry, data, method, seed=args.seed, steps=args.steps,
                       progress=not args.no_progress, checkpoint=checkpoint, client=dask_client)
     else:
@@ -334,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, "resume", None):  # before JAX starts: the run may be float64
                 _resume_args(args, parser.parse_args(["fit", "--resume", args.resume]))
             if args.command != "models":
+                _check_dask(args)
                 _setup_jax(args.x64, _distributed(args))
             return {"models": cmd_models, "fit": cmd_fit, "compare": cmd_compare}[args.command](args)
         except (SSGPError, OSError, ValueError) as e:  # bad input: one line, exit 2

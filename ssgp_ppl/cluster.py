@@ -149,9 +149,10 @@ def _starts(n: int, size: int) -> list[int]:
 
 
 def _local_chunk(item, **kw) -> LocalResult:
-    """On the worker: :func:`local_predict` on test rows ``offset:offset + len(x_test)``."""
+    """On the worker: :func:`local_predict` on test rows ``offset:offset + len(x_test)``, one
+    thread (the cluster's workers are the parallelism)."""
     offset, x_test = item
-    return local_predict(x_test=x_test, offset=offset, progress=False, **kw)
+    return local_predict(x_test=x_test, offset=offset, progress=False, threads=1, **kw)
 
 
 def local_predict_distributed(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k: int,

@@ -179,7 +179,9 @@ def run_svi(
         (state, key), losses = jax.lax.scan(body, (state, key), None, length=length)
         return state, key, losses
 
-    run_chunk = jax.jit(run_chunk, static_argnums=5)
+    # state, key and losses stay replicated on every device (each process reads its own copy)
+    run_chunk = jax.jit(run_chunk, static_argnums=5,
+                        out_shardings=None if mesh is None else sharding.replicated(mesh))
     losses: list[np.ndarray] = []
     means: list[float] = []
     noise_var: list[float] = []
@@ -197,6 +199,9 @@ def run_svi(
         losses = [saved.losses] if saved.losses.size else []
         means, noise_var = list(saved.means), list(saved.noise_var)
         seconds_before = saved.seconds
+    if jax.process_count() > 1 and len(set(sharding.gather_scalar(done))) > 1:
+        raise SSGPError(f"the processes resumed from different steps {sharding.gather_scalar(done)}: "
+                        "resuming across processes needs the run directory on a shared file system")
     last_saved = done
     # data, state and key on every device of the mesh (global arrays across processes)
     state, key_batch, x, y, aux = sharding.replicate((state, key_batch, x, y, aux), mesh)
@@ -226,7 +231,8 @@ def run_svi(
     try:
         with tqdm(total=steps, initial=min(done, steps), desc=desc, disable=not progress,
                   leave=False, mininterval=0.5) as bar:
-            while done < steps and not converged and not stop["requested"]:
+            halt = False  # decided after each chunk, by all processes together
+            while done < steps and not converged and not halt:
                 length = min(chunk, steps - done)
                 t_chunk = time.perf_counter()
                 state, key_batch, chunk_losses = run_chunk(state, key_batch, x, y, aux, length)
@@ -256,6 +262,9 @@ def run_svi(
                     se = np.sqrt(np.sum(noise_var[-2 * patience:])) / patience
                     if before - after <= max(tol * max(abs(after), 1.0), 2.0 * se):
                         converged = True
+                halt = stop["requested"]
+                if jax.process_count() > 1:  # one process's Ctrl-C stops them all, at this chunk
+                    halt = bool(max(sharding.gather_scalar(int(halt))))
                 if checkpoint is not None and done - last_saved >= checkpoint.every:
                     save()
                     last_saved = done
@@ -267,7 +276,7 @@ def run_svi(
     seconds = seconds_before + time.perf_counter() - start
     params = jax.tree.map(jnp.asarray, sharding.host(svi.get_params(state)))
     return SVIResult(params, np.concatenate(losses) if losses else np.zeros(0), done, converged,
-                     seconds, first_chunk, stop["requested"] and done < steps and not converged)
+                     seconds, first_chunk, halt and done < steps and not converged)
 
 
 def guide_draws(guide: Callable, params: dict, x, y, *, num_samples: int, seed: int = 1, **kw):

@@ -101,12 +101,16 @@ def local_predict(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k:
             jnp.asarray(offset + rows))
         return jax.vmap(lambda kk: ncvmp.spectral_sets(kk, settings.restarts, m, d, dtype))(keys)
 
+    x64 = bool(jax.config.read("jax_enable_x64"))  # the caller's width (jax.enable_x64 is per thread)
+
     def one(stage, idx, lo):
         rows = np.arange(lo, min(lo + batch, n_star))
         pad = np.concatenate([rows, np.full(batch - len(rows), rows[-1])])  # fixed shapes
-        res = _fit_batch(jnp.asarray(x_train[idx[pad]], dtype), jnp.asarray(y_train[idx[pad]], dtype),
-                         sets(stage, pad), jnp.asarray(x_test[pad], dtype), prior, settings)
-        return [np.asarray(r)[: len(rows)] for r in res]
+        with jax.enable_x64(x64):
+            res = _fit_batch(jnp.asarray(x_train[idx[pad]], dtype),
+                             jnp.asarray(y_train[idx[pad]], dtype), sets(stage, pad),
+                             jnp.asarray(x_test[pad], dtype), prior, settings)
+            return [np.asarray(r)[: len(rows)] for r in res]
 
     starts = range(0, n_star, batch)
     workers = max(1, min(len(starts), threads or _cores()))
@@ -115,11 +119,16 @@ def local_predict(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k:
         # batches on ``workers`` threads (a jitted call releases the GIL): each batch's result is
         # the same whichever thread computes it; map keeps their order
         outs = []
-        with ThreadPoolExecutor(workers) as pool:
+        pool = ThreadPoolExecutor(workers)
+        try:
             for lo, out in zip(starts, pool.map(lambda lo: one(stage, idx, lo), starts), strict=True):
                 outs.append(out)
                 if bar is not None:
                     bar.update(min(batch, n_star - lo))
+        except BaseException:  # an error or Ctrl-C: drop the queued batches, do not wait for them
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         return [np.concatenate(parts) for parts in zip(*outs, strict=True)]
 
     bar = None

@@ -53,12 +53,24 @@ def split_rows(x, mesh: Mesh | None):
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
 
 
+def replicated(mesh: Mesh) -> NamedSharding:
+    """Every device holds the whole array."""
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def gather_scalar(value: int) -> list[int]:
+    """``value`` of every process (a collective: every process must call it)."""
+    from jax.experimental import multihost_utils
+
+    return [int(v) for v in np.asarray(multihost_utils.process_allgather(np.int64(value))).ravel()]
+
+
 def replicate(tree, mesh: Mesh | None):
     """Every leaf of ``tree`` replicated on all devices of the mesh (global arrays across
     processes: each process passes the same full values)."""
     if mesh is None:
         return tree
-    sharding = NamedSharding(mesh, PartitionSpec())
+    sharding = replicated(mesh)
     if jax.process_count() == 1:
         return jax.device_put(tree, sharding)
     return jax.tree.map(

@@ -1,6 +1,7 @@
 """Shared fixtures: float32/float64 switching (restoring the previous setting) and the pendulum data."""
 
 import os
+import signal
 from pathlib import Path
 
 # JAX's persistent compilation cache, shared by both xdist workers and every subprocess they start
@@ -45,6 +46,21 @@ def _set_x64(enabled: bool):
     previous = bool(jax.config.read("jax_enable_x64"))
     jax.config.update("jax_enable_x64", enabled)
     return lambda: jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_restored(request):
+    """No test leaves its SIGINT handler to the next one on the same worker: a handler left
+    installed (an event loop's no-op one, SIG_IGN) made the Ctrl-C tests of test_checkpoint.py fail
+    after it in one fresh-clone run. With SSGP_PPL_SIGINT_LOG=FILE the leaking tests are listed."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        if os.environ.get("SSGP_PPL_SIGINT_LOG"):
+            with open(os.environ["SSGP_PPL_SIGINT_LOG"], "a") as f:
+                f.write(f"{request.node.nodeid}: {before!r} -> {after!r}\n")
 
 
 @pytest.fixture

@@ -20,6 +20,15 @@ STEPS, CHUNK = 600, 100
 FP = {"model": "ssgp_svi", "seed": 0}
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_as_a_terminal_sends_it():
+    """These tests are about Ctrl-C under Python's default SIGINT handler, whatever the worker
+    process had installed before them."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(scope="module")
 def problem(pendulum):
     entry = load_entry("ssgp_svi").with_overrides(["m=5"])

@@ -77,6 +77,23 @@ def test_local_fits_over_workers_equal_one_process(dask_client):
         assert getattr(got, name).dtype == getattr(want, name).dtype
 
 
+def test_local_fits_on_threads_keep_the_callers_float64():
+    """``jax.enable_x64`` is per thread: the fits' batches on pool threads must still compute in
+    the caller's float64 (the Dask task runs inside ``jax.enable_x64``), and equal one thread's."""
+    e = catalog.load_entry("tan_local").with_overrides(["restarts=1", "k=12", "m=2", "max_iter=5"])
+    data = datasets.load("pendulum", x_scaling=e.config["data"]["x_scaling"])
+    x, y, xt = np.asarray(data.x_train), np.asarray(data.y_train), np.asarray(data.x_test[:4])
+    with jax.enable_x64(True):
+        prior = ncvmp.tan_prior(e.spec(data.n_features))
+        kw = dict(m=2, k=12, settings=fit.ncvmp_settings(e), key=jax.random.PRNGKey(0), batch=1,
+                  progress=False)
+        two = neighbourhoods.local_predict(x, y, xt, prior, threads=2, **kw)
+        one = neighbourhoods.local_predict(x, y, xt, prior, threads=1, **kw)
+    assert two.mean.dtype == np.float64 and two.mu_lambda.dtype == np.float64
+    for name in two._fields:
+        np.testing.assert_array_equal(getattr(two, name), getattr(one, name), err_msg=name)
+
+
 # --------------------------------------------------------------------------- batch prediction
 
 

@@ -27,7 +27,7 @@ RUN = textwrap.dedent("""
     MODE = sys.argv[1]
     if MODE == "distributed":
         jax.distributed.initialize(coordinator_address=sys.argv[3], num_processes=2,
-                                   process_id=int(sys.argv[4]))
+                                   process_id=int(sys.argv[4]), initialization_timeout=120)
     jax.config.update("jax_enable_x64", True)
     import numpy as np
     from ssgp_ppl.catalog import load_entry
@@ -80,15 +80,27 @@ RUN = textwrap.dedent("""
 """).replace("STEPS", str(STEPS))
 
 
-def _python(script, *args, env=None):
-    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=env,
+def _python(script, *args, **env):
+    """A Python subprocess on the CPU backend (the test is about host devices and processes)."""
+    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)],
+                            env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _finish(proc, timeout=300):
-    out, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, err[-3000:]
-    return json.loads(out.strip().splitlines()[-1])
+def _finish(procs, timeout=400) -> list[dict]:
+    """Each process's JSON line; a failure or time-out kills them all (no orphan holds the port)."""
+    try:
+        outs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            assert proc.returncode == 0, err[-3000:]
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+        return outs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 def _free_port() -> int:
@@ -118,8 +130,8 @@ def x64():  # module scope: the reference fixture computes in float64
 
 
 def test_two_devices_split_the_step_rows_and_match_one_device(tmp_path):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    out = _finish(_python(RUN, "devices", tmp_path / "run", env=env))
+    [out] = _finish([_python(RUN, "devices", tmp_path / "run",
+                             XLA_FLAGS="--xla_force_host_platform_device_count=2")])
     half = out["block"] // 2 + out["block"] % 2  # block columns padded to a multiple of 2
     assert out["shards"] == [[half, out["d"]]] * 2  # each device holds half of the drawn rows
     assert out["all_reduce"]  # the gradient is summed across the devices
@@ -130,7 +142,7 @@ def test_two_devices_split_the_step_rows_and_match_one_device(tmp_path):
 def test_training_across_two_processes_matches_one_process(tmp_path, reference):
     address = f"127.0.0.1:{_free_port()}"
     procs = [_python(RUN, "distributed", tmp_path / "run", address, rank) for rank in (0, 1)]
-    outs = [_finish(p) for p in procs]
+    outs = _finish(procs)
     assert all(o == {"processes": 2, "devices": 2} for o in outs)
     for rank in (0, 1):
         got = np.load(tmp_path / f"run-{rank}.npz")
