@@ -7,6 +7,7 @@ Progress bars go to stderr; tables to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -300,13 +301,12 @@ def cmd_fit(args) -> int:
     if args.dask:
         from ssgp_ppl.cluster import client
 
-        address = None if args.dask == "local" else args.dask
-        with client(address, workers=args.dask_workers or 2) as dask_client:
-            res = fit(entry, data, method, seed=args.seed, steps=args.steps,
-                      progress=not args.no_progress, checkpoint=checkpoint, client=dask_client)
+        cluster = client(None if args.dask == "local" else args.dask, workers=args.dask_workers or 2)
     else:
-        res = fit(entry, data, method, seed=args.seed, steps=args.steps,
-                  progress=not args.no_progress, checkpoint=checkpoint)
+        cluster = contextlib.nullcontext()
+    with cluster as dask_client:
+        res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress,
+                  checkpoint=checkpoint, client=dask_client)
     record = metrics_record(res, data)
     if not writer:
         return 130 if res.info.get("interrupted") else 0

@@ -164,7 +164,9 @@ def run_svi(
     svi = SVI(model, guide, numpyro.optim.ClippedAdam(step_size=step_size, clip_norm=100.0),
               Trace_ELBO(num_particles=num_particles) if loss is None else loss)
     key_init, key_batch = jax.random.split(jax.random.PRNGKey(seed))
-    draw0, aux0 = batch_sampler(x.shape[0], batch_size, partitions, per_step)  # this process only
+    # svi.init on this process's arrays (no mesh: under jax.distributed the mesh spans processes)
+    draw0, aux0 = (draw, aux) if mesh is None else batch_sampler(x.shape[0], batch_size, partitions,
+                                                                 per_step)
     xb, yb, kw = draw0(key_batch, x, y, aux0)
     state = svi.init(key_init, xb, yb, init_params=init_params, **kw)
 
@@ -199,8 +201,8 @@ def run_svi(
         losses = [saved.losses] if saved.losses.size else []
         means, noise_var = list(saved.means), list(saved.noise_var)
         seconds_before = saved.seconds
-    if jax.process_count() > 1 and len(set(sharding.gather_scalar(done))) > 1:
-        raise SSGPError(f"the processes resumed from different steps {sharding.gather_scalar(done)}: "
+    if jax.process_count() > 1 and len(set(steps_resumed := sharding.gather_scalar(done))) > 1:
+        raise SSGPError(f"the processes resumed from different steps {steps_resumed}: "
                         "resuming across processes needs the run directory on a shared file system")
     last_saved = done
     # data, state and key on every device of the mesh (global arrays across processes)
