@@ -1,8 +1,8 @@
-"""ELBO vs β-ELBO vs log-loss DLM vs square-loss DLM (seed 003 §6), test NLL and MSE; prints JSON.
+"""ELBO vs β-ELBO vs log-loss DLM vs square-loss DLM (Wei et al. 2021, §6), test NLL and MSE; prints JSON.
 
 Regression (Gaussian likelihood, the sVBSSGP model and joint affine guide of
 ``svbssgp_dlm_log``): on each data set, ELBO (β = 1) and, with β selected on a validation split
-over [n, n/2, …, 0.01] (seed 003 §6.1), β-ELBO, log-DLM and square-DLM; each refitted on the whole
+over [n, n/2, …, 0.01] (Wei et al. 2021, §6.1), β-ELBO, log-DLM and square-DLM; each refitted on the whole
 training split with its β and scored on the test split. Non-conjugate: ``ssgp_probit`` on
 Auto-MPG (class: mpg above the training median) and ``ssgp_poisson`` on BLOG comment counts (2000
 rows): ELBO, β-ELBO and log-DLM (probit: exact log Φ; Poisson: bMC with 10 draws).

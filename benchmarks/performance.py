@@ -99,7 +99,7 @@ def nuts(a) -> dict:
 
 
 def _kin40k_400():
-    """Table 1's setting of seed 004 (n ≈ 400, m = 20); kin40k rows stand in for its data."""
+    """Table 1's setting of Tan et al. 2016 (n ≈ 400, m = 20); kin40k rows stand in for its data."""
     return datasets.load("kin40k", subsample=440, x_scaling="minmax")
 
 
@@ -120,7 +120,7 @@ def ncvmp_bench(a) -> dict:
 
 
 def local_bench(a) -> dict:
-    """Adaptive-neighbourhood prediction (seed 004 §6; tan_local's settings) of 100 test points
+    """Adaptive-neighbourhood prediction (Tan et al. 2016, §6; tan_local's settings) of 100 test points
     with k = 60 from 1000 training rows: two local NCVMP fits per point (Euclidean, then eq. 16)."""
     data = datasets.load("kin40k", subsample=1200, x_scaling="minmax")  # 1098 / 102 rows
     entry = catalog.load_entry("tan_local").with_overrides(["m=20", f"k={a.k}"])

@@ -596,7 +596,7 @@ def conditional_objective(spec, guide_name: str, kind: str, *, beta: float, part
 
 def mixture_elbo(spec, *, components: int, init_scale: float, spread: float,
                  samples: int) -> Reference:
-    """``ssgp_ppl.mixture.avi_elbo`` (seed 002's Rao-Blackwellised score-function estimator and
+    """``ssgp_ppl.mixture.avi_elbo`` (Nguyen & Bonilla 2014's Rao-Blackwellised score-function estimator and
     entropy bound): already pure JAX apart from reading the hyperparameters off a model trace."""
     _check_alpha(spec, "mixture")
     m, d = spec.m, spec.d
@@ -651,7 +651,7 @@ def _lower_cholesky(raw, k):
 
 
 def gaussian_lambda_elbo(spec, *, particles: int, init_scale: float, n_total: int) -> Reference:
-    """Trace_ELBO of seed 004's family q(λ)q(α)q(σ)q(γ) (``gaussian_lambda`` guide): Gaussian λ
+    """Trace_ELBO of Tan et al. 2016's family q(λ)q(α)q(σ)q(γ) (``gaussian_lambda`` guide): Gaussian λ
     and α with Cholesky factors in NumPyro's lower-Cholesky coordinates, σ = g^(−1/2) with
     g ~ Gamma(shape, rate) (jax.random.gamma's implicit reparameterisation, as NumPyro's
     InverseGamma), log q(σ) = log Gamma(g) − log|dσ/dg|; priors half-Cauchy and N(0, 1)."""
@@ -659,7 +659,7 @@ def gaussian_lambda_elbo(spec, *, particles: int, init_scale: float, n_total: in
            and spec.lik.name == "gaussian"
            and sorted(spec.latent_sites()) == sorted(("noise", "signal", "inverse_lengthscales",
                                                       "nuisance")),
-           "gaussian_lambda: seed 004's latents")
+           "gaussian_lambda: Tan et al. 2016's latents")
     m, d = spec.m, spec.d
     two_m = 2 * m
     lam_scale0 = math.sqrt(0.5)

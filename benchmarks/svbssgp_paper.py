@@ -1,4 +1,4 @@
-"""sVBSSGP experiments of seed 001 §5 on this machine; prints JSON (and writes it with --out).
+"""sVBSSGP experiments of Hoang et al. 2017, §5 on this machine; prints JSON (and writes it with --out).
 
   python benchmarks/svbssgp_paper.py airline  # 2.06M rows, p = 2000, 2m = 40: sVBSSGP γ=0 r=5, VSSGP, SSGP
   python benchmarks/svbssgp_paper.py kin40k   # AIMPEAK stand-in, p = 200, 2m = 40: γ sweep, VSSGP, SSGP

@@ -1,4 +1,4 @@
-"""uPS vs bMC (seed 003 §3-4, Fig. 1 g-h): gradient bias and time per gradient; prints JSON.
+"""uPS vs bMC (Wei et al. 2021, §3-4, Fig. 1 g-h): gradient bias and time per gradient; prints JSON.
 
 The Poisson count model of ``ssgp_poisson`` on BLOG comment counts (2000 rows, the training
 split; for the bias, the rows with at most ``--max-count`` comments, 30 by default):
@@ -85,7 +85,7 @@ def main() -> None:
     records = []
     for stage, params in (("initialisation", init), (f"after {args.trained_steps} ELBO steps", trained)):
         mu, var = moments(entry, data, {k: jnp.asarray(v) for k, v in params.items()})
-        keep = np.asarray(data.y_train) <= args.max_count  # abalone-like counts (seed 003 Fig. 1)
+        keep = np.asarray(data.y_train) <= args.max_count  # abalone-like counts (Wei et al. 2021, Fig. 1)
         mu, var, y = mu[keep], var[keep], jnp.asarray(data.y_train[keep])
         exact = np.asarray(jax.grad(lambda a, y=y: jnp.sum(
             lik.log_expected_prob(y, a[0], a[1], 1.0, nodes=64)))(jnp.stack([mu, var]))).ravel()

@@ -11,7 +11,7 @@
 # ---
 
 # %% [markdown]
-# # Beyond the ELBO: β-ELBO, log-loss and square-loss DLM (seed 003)
+# # Beyond the ELBO: β-ELBO, log-loss and square-loss DLM (Wei et al. 2021)
 #
 # The sVBSSGP model and joint affine guide (`svbssgp_dlm_log`) trained four ways on pendulum:
 #
@@ -20,7 +20,7 @@
 # * log-loss DLM: Σᵢ −log E_q[p(yᵢ | fᵢ)] + β KL — the loss of the Bayesian predictor itself;
 # * square-loss DLM: Σᵢ (ŷᵢ − yᵢ)² + β KL with ŷ the predictive mean.
 #
-# β is picked on a validation split of the training rows over [n, n/2, …, 0.01] (seed 003 §6.1),
+# β is picked on a validation split of the training rows over [n, n/2, …, 0.01] (Wei et al. 2021, §6.1),
 # all β fitted at once (`vmap` over the SVI states). `SSGP_PPL_SMALL=1` (the test suite) uses short
 # runs of the ELBO and log-DLM with fixed β = 0.1 instead of the selection (`ssgp-ppl fit
 # --select-beta` is tested by tests/test_cli.py);

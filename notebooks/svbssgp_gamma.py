@@ -11,10 +11,10 @@
 # ---
 
 # %% [markdown]
-# # sVBSSGP vs VSSGP: the γ-family of test conditionals (seed 001, Prop. 1)
+# # sVBSSGP vs VSSGP: the γ-family of test conditionals (Hoang et al. 2017, Prop. 1)
 #
 # sVBSSGP fits a joint affine guide α = vec(θ, s) = Mz + b with gradients from k-means partitions
-# (seed 001 §3.1, §4.1); its predictions use the test point's local data through γ:
+# (Hoang et al. 2017, §3.1, §4.1); its predictions use the test point's local data through γ:
 # μ = γ φᵀs + (1−γ) φᵀΓ_k⁻¹Φ_kᵀy_k. VSSGP's mean-field guide predicts with γ = 1.
 # One trained q(α) is scored for every γ (γ only enters the test conditional).
 #

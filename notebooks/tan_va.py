@@ -11,7 +11,7 @@
 # ---
 
 # %% [markdown]
-# # Tan et al. (2016): NCVMP, its SVI twin, and adaptive neighbourhoods (seed 004)
+# # Tan et al. (2016): NCVMP, its SVI twin, and adaptive neighbourhoods
 #
 # The model is the catalog's base SSGP model in its λ parameterisation: y = Zα + ε with fixed
 # spectral points, λ ~ N(μ⁰, Σ⁰), α ~ N(0, σ²/m I), half-Cauchy σ and γ. The variational family

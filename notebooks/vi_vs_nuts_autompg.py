@@ -11,9 +11,9 @@
 # ---
 
 # %% [markdown]
-# # Tan et al.'s variational approximation vs NUTS on Auto-MPG (seed 004 §7.2, §7.5)
+# # Tan et al.'s variational approximation vs NUTS on Auto-MPG (Tan et al. 2016, §7.2, §7.5)
 #
-# The seed-004 model (λ ~ N(0, I), half-Cauchy σ and γ, inputs scaled to [−1, 1]) fitted three
+# The Tan et al. 2016 model (λ ~ N(0, I), half-Cauchy σ and γ, inputs scaled to [−1, 1]) fitted three
 # ways: NCVMP (Algorithm 2, `tan_va`), the same factorised q by SVI (`tan_va_svi`), and local
 # fits on adaptive neighbourhoods (`tan_local`); each against NUTS on the same model and the
 # same spectral points. The paper's Fig. 9 compares local VA, global VA and MCMC by MNLP.

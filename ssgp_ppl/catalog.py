@@ -29,7 +29,7 @@ from ssgp_ppl.objectives import GRADIENTS, OBJECTIVES
 from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
 
 METHODS = ("ml", "svi", "nuts", "ncvmp", "local")
-TAN_METHODS = ("ncvmp", "local")  # seed 004's solver and its adaptive neighbourhoods
+TAN_METHODS = ("ncvmp", "local")  # Tan et al. 2016's solver and its adaptive neighbourhoods
 
 
 class Field(NamedTuple):
@@ -62,13 +62,13 @@ SCHEMA: dict = {
     "model": {
         "m": Field(int, 20, "number of frequencies (2m features)", low=1),
         "spectral_density": Field(str, "se", "kernel family", choices=tuple(spectral.DENSITIES)),
-        "parameterization": Field(str, "free", "free θ | scaled (s ⊙ λ, seed 004 eq. 4)",
+        "parameterization": Field(str, "free", "free θ | scaled (s ⊙ λ, Tan et al. 2016, eq. 4)",
                                   choices=("free", "scaled")),
         "frequencies": Field(str, "prior", "free θ: prior (given ℓ) | learned (point estimate)",
                              choices=("prior", "learned")),
         "nuisance": Field(str, "sampled", "s sampled, or integrated out in closed form",
                           choices=("sampled", "marginalized")),
-        "likelihood": Field(str, "gaussian", "observation model p(y | f) (seed 003 §2)",
+        "likelihood": Field(str, "gaussian", "observation model p(y | f) (Wei et al. 2021, §2)",
                             choices=LIKELIHOODS),
         "df": Field((int, float), 4.0, "Student-t degrees of freedom", low=0, open_low=True),
         "spectral_seed": Field(int, 0, "seed of the fixed standard spectral points", low=0),
@@ -79,7 +79,7 @@ SCHEMA: dict = {
     },
     "data": {
         "x_scaling": Field(str, "standard", "input scaling fitted on the training split: standard "
-                           "(zero mean, unit sd) | minmax (to [-1, 1], seed 004 §7)",
+                           "(zero mean, unit sd) | minmax (to [-1, 1], Tan et al. 2016, §7)",
                            choices=("standard", "minmax")),
     },
     "inference": {
@@ -102,11 +102,11 @@ SCHEMA: dict = {
             "components": Field(int, 3, "mixture: number K of diagonal Gaussian components", low=1),
             "spread": Field((int, float), 1.0, "mixture: spread of the components' starting "
                             "means, in prior standard deviations", low=0),
-            "objective": Field(str, "elbo", "elbo | beta_elbo | dlm_log | dlm_square (seed 003)",
+            "objective": Field(str, "elbo", "elbo | beta_elbo | dlm_log | dlm_square (Wei et al. 2021)",
                                choices=OBJECTIVES),
             "beta": Field((int, float), 1.0, "β of the KL term (beta_elbo, dlm_*)", low=0),
             "gradient": Field(str, "exact", "log E_q p(y|f) in dlm_log: exact (Gaussian, probit) | "
-                              "quadrature | bmc | ups (seed 003 §3-4)", choices=GRADIENTS),
+                              "quadrature | bmc | ups (Wei et al. 2021, §3-4)", choices=GRADIENTS),
             "mc_samples": Field(int, 10, "draws L of bmc/ups, quadrature nodes, or the mixture's "
                                 "score-function draws per component", low=1),
             "steps": Field(int, 5000, "SVI steps (upper bound)", low=1),
@@ -120,7 +120,7 @@ SCHEMA: dict = {
             "min_steps": Field(int, 0, "no convergence stop before this many steps", low=0),
         },
         "ncvmp": {
-            "algorithm": Field(int, 2, "seed 004 Algorithm 1 (plain NCVMP) or 2 (adaptive steps)",
+            "algorithm": Field(int, 2, "Tan et al. 2016, Algorithm 1 (plain NCVMP) or 2 (adaptive steps)",
                                choices=(1, 2)),
             "rho": Field((int, float), 1.5, "Algorithm 2: step-size growth factor ρ", low=1,
                          open_low=True),
@@ -131,7 +131,7 @@ SCHEMA: dict = {
                                    low=1),
         },
         "local": {
-            "k": Field(int, 60, "neighbours per test point (seed 004 §6)", low=5),
+            "k": Field(int, 60, "neighbours per test point (Tan et al. 2016, §6)", low=5),
             "adapt": Field(bool, True, "refit on the λ-weighted neighbourhood (eq. 16); false: "
                            "predict from the Euclidean fit M1"),
             "batch": Field(int, 1, "test points fitted at once (vmap)", low=1),

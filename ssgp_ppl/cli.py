@@ -89,10 +89,10 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--data-dir", help="data directory (default: $SSGP_PPL_DATA or ../shared/data)")
         q.add_argument("--x-scaling", choices=("standard", "minmax"),
                        help="input scaling fitted on the training split: standard (zero mean, "
-                       "unit sd) or minmax (to [-1, 1], as seed 004 §7); default: the entry's "
+                       "unit sd) or minmax (to [-1, 1], as Tan et al. 2016, §7); default: the entry's "
                        "[data] x_scaling")
         q.add_argument("--extra-noise-inputs", type=int, default=0, metavar="N",
-                       help="append N uniform noise inputs (seed 004 §7.4, §7.6)")
+                       help="append N uniform noise inputs (Tan et al. 2016, §7.4, §7.6)")
         q.add_argument("--threshold", type=float,
                        help="probit entries: the class is 1 where the target exceeds this "
                        "(default: the training split's median)")
@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--out", help="output directory (default runs/<model>-<data>-<method>)")
     f.add_argument("--select-beta", action="store_true",
                    help="pick β on a validation split of the training rows over [n, n/2, …, 0.01] "
-                   "(seed 003 §6.1), write beta_selection.json, then fit with it")
+                   "(Wei et al. 2021, §6.1), write beta_selection.json, then fit with it")
     f.add_argument("--checkpoint-every", type=_non_negative, default=DEFAULT_EVERY, metavar="N",
                    help=f"svi/ml: save the optimiser state to OUT/checkpoint.npz every N steps "
                    f"(atomically; default {DEFAULT_EVERY}; 0: only at the end and on Ctrl-C)")

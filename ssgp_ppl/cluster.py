@@ -1,6 +1,6 @@
 """The embarrassingly parallel work on a Dask distributed cluster (the optional ``dask`` extra).
 
-Three kinds of work split into independent tasks: the adaptive-neighbourhood fits of seed 004 §6
+Three kinds of work split into independent tasks: the adaptive-neighbourhood fits of Tan et al. 2016, §6
 (one local fit per test point, chunks of test rows per task), the batch prediction of a large test
 set (row chunks of x*) and the repetitions of a benchmark (one seed per task). :func:`client` opens
 a ``LocalCluster`` of worker processes, or connects to a running scheduler given its address to
@@ -159,7 +159,7 @@ def local_predict_distributed(x_train, y_train, x_test, prior: ncvmp.TanPrior, *
                               settings: ncvmp.NCVMPSettings, key, adapt: bool = True,
                               batch: int = 32, client: distributed.Client | None = None,
                               chunk: int | None = None) -> LocalResult:
-    """Seed 004 §6's local fits of :func:`~ssgp_ppl.neighbourhoods.local_predict`, test rows split
+    """Tan et al. 2016, §6's local fits of :func:`~ssgp_ppl.neighbourhoods.local_predict`, test rows split
     in chunks over the cluster; the same :class:`LocalResult` as one process computes.
 
     x_train (n, d), y_train (n,), x_test (n*, d) numpy arrays. ``chunk``: test rows per task

@@ -5,8 +5,8 @@
 * ``ml``: type-II maximum likelihood (MAP where the entry has priors) by Adam inside one jit;
 * ``svi``: the entry's guide, ELBO by Adam inside one jit, predictions averaged over guide draws;
 * ``nuts``: the same model with priors, non-centred, several chains;
-* ``ncvmp``: seed 004's Algorithm 2 (or 1) with the closed-form predictive of §5;
-* ``local``: seed 004's adaptive neighbourhoods (§6), a local NCVMP fit per test point.
+* ``ncvmp``: Tan et al. 2016'sAlgorithm 2 (or 1) with the closed-form predictive of §5;
+* ``local``: Tan et al. 2016's adaptive neighbourhoods (§6), a local NCVMP fit per test point.
 
 Predictions of y* are the moment-matched mixture over draws (law of total variance, noise added
 per draw) and are reported in the original units of the target.
@@ -410,7 +410,7 @@ def spectral_candidates(entry: CatalogEntry, spec, restarts: int):
 
 def _fit_tan(entry: CatalogEntry, data: Dataset, method: str, *, seed: int, steps: int | None,
              progress: bool, spectral_points=None, client=None) -> FitResult:
-    """Seed 004: NCVMP on the training split (``ncvmp``) or adaptive neighbourhoods (``local``)."""
+    """Tan et al. 2016: NCVMP on the training split (``ncvmp``) or adaptive neighbourhoods (``local``)."""
     spec = entry.spec(data.n_features)
     if spectral_points is not None:
         spec = dataclasses.replace(spec, spectral_points=jnp.asarray(spectral_points))

@@ -4,14 +4,14 @@ A guide is a plain callable with the model's signature ``guide(x, y=None, **mode
 its params are named ``{site}_{role}``. NumPyro's autoguides are available by name, and the
 papers' guides:
 
-* ``joint_affine`` (sVBSSGP, seed 001 §3.1 Lemma 1): α = vec(θ, s) = M z + b with a full
+* ``joint_affine`` (sVBSSGP, Hoang et al. 2017, §3.1 Lemma 1): α = vec(θ, s) = M z + b with a full
   invertible M (``alpha_matrix``) and b (``alpha_loc``), z ~ ψ = N(0, I) or a multivariate
   Student-t with ν degrees of freedom; q(α) = ψ(M⁻¹(α − b)) / |det M|. θ and s interact a posteriori.
-* ``gaussian_lambda`` (Tan et al. 2016, seed 004 eq. 11): q(λ)q(α)q(σ)q(γ), Gaussian λ and α with
+* ``gaussian_lambda`` (Tan et al. 2016, eq. 11): q(λ)q(α)q(σ)q(γ), Gaussian λ and α with
   full covariances, square-root inverse-gamma scales (the NCVMP family fitted by SVI).
-* ``mixture`` (Nguyen & Bonilla 2014, seed 002): K equal-weight diagonal Gaussians over
+* ``mixture`` (Nguyen & Bonilla 2014, Nguyen & Bonilla 2014): K equal-weight diagonal Gaussians over
   α = vec(θ, s) (:mod:`ssgp_ppl.mixture`).
-* ``mean_field`` (VSSGP, Gal & Turner 2015 as seed 001 Remark 2 describes it): independent
+* ``mean_field`` (VSSGP, Gal & Turner 2015 as Hoang et al. 2017, Remark 2 describes it): independent
   Gaussians over each frequency vector r_i (``frequencies_loc``, ``frequencies_scale``) and over
   s (``nuisance_loc``, ``nuisance_scale``).
 """
@@ -66,7 +66,7 @@ def _alpha_init(spec: SSGPSpec, init_scale: float):
 
 def joint_affine_guide(spec: SSGPSpec, psi: str = "normal", df: float = 5.0,
                        init_scale: float = 0.1) -> Callable:
-    """sVBSSGP guide α = vec(θ, s) = M z + b, z ~ ψ (seed 001 §3.1, Lemma 1).
+    """sVBSSGP guide α = vec(θ, s) = M z + b, z ~ ψ (Hoang et al. 2017, §3.1, Lemma 1).
 
     The base draw z is an auxiliary site; θ and s are Delta sites whose log-density carries
     −log|det M| (computed by ``slogdet``, i.e. an LU factorisation: M need not be triangular), so
@@ -128,7 +128,7 @@ def joint_affine_guide(spec: SSGPSpec, psi: str = "normal", df: float = 5.0,
 
 
 def mean_field_guide(spec: SSGPSpec, init_scale: float = 0.1, **_) -> Callable:
-    """VSSGP guide: q(θ, s) = Π_i N(r_i | μ_i, diag σ_i²) · N(s | μ_s, diag σ_s²) (seed 001 Rem. 2)."""
+    """VSSGP guide: q(θ, s) = Π_i N(r_i | μ_i, diag σ_i²) · N(s | μ_s, diag σ_s²) (Hoang et al. 2017, Rem. 2)."""
     _check_alpha_sites("mean_field", spec)
     loc0, scale0 = _alpha_init(spec, init_scale)
     n_theta = spec.m * spec.d
@@ -155,7 +155,7 @@ def sqrt_inverse_gamma(shape, rate):
 
 
 def gaussian_lambda_guide(spec: SSGPSpec, init_scale: float = 0.1, **_) -> Callable:
-    """Seed 004's factorisation q(λ) q(α) q(σ) q(γ) fitted by SVI (the "NCVMP-equivalent" family).
+    """Tan et al. 2016's factorisation q(λ) q(α) q(σ) q(γ) fitted by SVI (the "NCVMP-equivalent" family).
 
     * q(λ) = N(μ_λ, Σ_λ) with full Σ_λ = LLᵀ, L = √0.5·U (``inverse_lengthscales_loc``,
       ``inverse_lengthscales_scale_unit`` = U, lower triangular), started at §4's μ_λ = 0.5·1,
@@ -166,14 +166,14 @@ def gaussian_lambda_guide(spec: SSGPSpec, init_scale: float = 0.1, **_) -> Calla
       ``signal_rate``, ``noise_shape``, ``noise_rate``). The optimal densities of §3.1 are
       q(σ²) ∝ (σ²)^{−(m − ½) − 1} e^{−C/σ²} / (A² + σ²) (and n/2 − ½ for γ²): an inverse gamma times
       the half-Cauchy factor 1/(A² + σ²), which is flat to within σ²/A² (< 0.2% for σ < 1 with
-      seed 004's A = 25). NumPyro has no reparameterised sampler for the exact density; the inverse
+      Tan et al. 2016's A = 25). NumPyro has no reparameterised sampler for the exact density; the inverse
       gamma is reparameterised (implicit gamma gradients), contains the A → ∞ limit of the optimum
       exactly, and its free shape lets SVI absorb the remaining factor.
     """
     want = ("noise", "signal", "inverse_lengthscales", "nuisance")
     if spec.parameterization != "scaled" or tuple(sorted(spec.latent_sites())) != tuple(sorted(want)):
         raise SSGPError(
-            "guide 'gaussian_lambda' covers seed 004's sites noise, signal, inverse_lengthscales and "
+            "guide 'gaussian_lambda' covers Tan et al. 2016's sites noise, signal, inverse_lengthscales and "
             f"nuisance of the scaled parameterisation; this model's latent sites are "
             f"{', '.join(spec.latent_sites())}")
     m, d = spec.m, spec.d
@@ -212,7 +212,7 @@ def gaussian_lambda_guide(spec: SSGPSpec, init_scale: float = 0.1, **_) -> Calla
 def gaussian_lambda_params(spec: SSGPSpec, state, n: int, init_scale: float = 0.1) -> dict:
     """``gaussian_lambda`` params holding an NCVMP solution (:class:`ssgp_ppl.ncvmp.NCVMPState`):
     the same q(λ), q(α), and q(σ²) = IG(m − ½, C_σ), q(γ²) = IG((n − 1)/2, C_γ), the optimal
-    densities of seed 004 §3.1 without their 1/(A² + ·) factor. Warm-starts SVI at the NCVMP fit."""
+    densities of Tan et al. 2016, §3.1 without their 1/(A² + ·) factor. Warm-starts SVI at the NCVMP fit."""
     from ssgp_ppl.ncvmp import to_nuisance
 
     m = spec.m

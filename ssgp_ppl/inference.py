@@ -52,8 +52,8 @@ def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_st
     * neither: the full data every step;
     * ``batch_size``: rows drawn uniformly with replacement, likelihood scaled by n / batch;
     * ``partitions`` (:class:`~ssgp_ppl.partitions.Partitions`): ``per_step`` = a of the p
-      padded blocks drawn uniformly, masked, likelihood scaled by p / a (seed 001 §4.1 eq. 7,
-      seed 000 App. G). O(a · block size) per step, independent of n.
+      padded blocks drawn uniformly, masked, likelihood scaled by p / a (Hoang et al. 2017, §4.1 eq. 7,
+      Hoang et al. 2017 (extended version), App. G). O(a · block size) per step, independent of n.
 
     ``mesh`` (:func:`ssgp_ppl.sharding.row_mesh`): the step's rows are split over its devices
     (block columns padded with masked rows to a multiple of the device count; a uniform batch is
@@ -120,9 +120,9 @@ def run_svi(
     """Maximise the ELBO of ``model`` under ``guide`` with Adam; ``steps`` is an upper bound.
 
     The Adam step size is ``lr``, halved every ``lr_halflife`` steps when that is > 0 (decaying
-    steps as stochastic approximation needs, seed 001 §4.1 last paragraph). Each step uses the
+    steps as stochastic approximation needs, Hoang et al. 2017, §4.1 last paragraph). Each step uses the
     batch of :func:`batch_sampler` (full data, random rows, or ``per_step`` partitions) and
-    ``num_particles`` draws of the guide (b samples of z in seed 000 App. G). ``loss``: an
+    ``num_particles`` draws of the guide (b samples of z in Hoang et al. 2017 (extended version), App. G). ``loss``: an
     objective (:class:`ssgp_ppl.objectives.Objective`; default NumPyro's Trace_ELBO).
 
     Convergence: with W = ``patience`` chunks, the run stops when the mean loss of the last W

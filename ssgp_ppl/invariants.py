@@ -1,9 +1,9 @@
 """Quantities the SSGP posterior's symmetries leave unchanged, and VI-vs-MCMC comparisons on them.
 
-The SSGP likelihood (seed 001 eq. 3) is invariant under permuting the m frequencies (with their
+The SSGP likelihood (Hoang et al. 2017, eq. 3) is invariant under permuting the m frequencies (with their
 cos/sin amplitude pairs) and under flipping a frequency's sign together with its sine amplitude,
 so a posterior over free θ has up to m!·2^m equivalent modes. In the scaled parameterisation
-(seed 004 eq. 4, fixed spectral points) the exact symmetry is λ → −λ with every sine amplitude
+(Tan et al. 2016, eq. 4, fixed spectral points) the exact symmetry is λ → −λ with every sine amplitude
 flipped; flipping one λ_j is only approximately one (through the symmetric distribution of the
 fixed points), which still leaves the posterior with near-equivalent modes. Comparing VI with
 MCMC site by site is therefore meaningless. Every function here works on quantities those maps fix:
@@ -14,7 +14,7 @@ MCMC site by site is therefore meaningless. Every function here works on quantit
   it is |λ_j| times the rms of the fixed spectral points). Inverse rather than lengthscale: an
   irrelevant input has λ_j ≈ 0, where 1/|λ_j| has no moments;
 * ``kernel`` (d, lag): the implied covariance k(τ e_j) = σ_s²/m Σ_i cos(2π r_ij τ) (the prior
-  covariance of f given θ under s ~ N(0, σ_s²/m I), seed 001 eq. 3) at lags τ along each input;
+  covariance of f given θ under s ~ N(0, σ_s²/m I), Hoang et al. 2017, eq. 3) at lags τ along each input;
 * ``f_test`` (test,): a draw of the latent function at each test input from its per-draw
   predictive N(mean_f, var_f) (exact for sampled s; the marginal for integrated-out s).
 

@@ -1,4 +1,4 @@
-"""Observation models p(y | f) for the SSGP feature model f = φ_θ(x)ᵀs (seed 003 §2, Table 1).
+"""Observation models p(y | f) for the SSGP feature model f = φ_θ(x)ᵀs (Wei et al. 2021, §2, Table 1).
 
 Each likelihood is a set of pure functions of (y, f) or of a Gaussian q(f) = N(mu, var):
 
@@ -7,13 +7,13 @@ Each likelihood is a set of pure functions of (y, f) or of a Gaussian q(f) = N(m
 * ``expected_log_prob(y, mu, var, scale)``: E_q[log p(y | f)], the ELBO's loss term; closed form
   for the Gaussian and the Poisson (log link), Gauss-Hermite quadrature otherwise;
 * ``log_expected_prob(y, mu, var, scale)``: log E_q[p(y | f)] = log q(y), the log-loss DLM term
-  (seed 003 §1.1); closed form for the Gaussian (log N(y | mu, var + σ²)) and probit
-  (log Φ((2y − 1) mu / √(1 + var)), seed 003 §2); Laplace-centred Gauss-Hermite for the
+  (Wei et al. 2021, §1.1); closed form for the Gaussian (log N(y | mu, var + σ²)) and probit
+  (log Φ((2y − 1) mu / √(1 + var)), Wei et al. 2021, §2); Laplace-centred Gauss-Hermite for the
   Poisson; for the Student-t, Gauss-Laguerre over its Gaussian scale mixture;
-* ``mean(mu, var)``: E_q[E[y | f]], the prediction ŷ of square-loss DLM (seed 003 §2) and the
-  mean of the predictive; for the Poisson E_q[e^f] = exp(mu + var/2) (seed 003 supp. "Evaluation");
+* ``mean(mu, var)``: E_q[E[y | f]], the prediction ŷ of square-loss DLM (Wei et al. 2021, §2) and the
+  mean of the predictive; for the Poisson E_q[e^f] = exp(mu + var/2) (Wei et al. 2021, supp. "Evaluation");
 * ``prob_max(y, scale)`` and ``interval_max(y, a, b, scale)``: ℓ_max = max_f p(y | f) and
-  m₁ = max_{f ∈ [a, b]} p(y | f), what the uPS rejection sampler needs (seed 003 supp. §1).
+  m₁ = max_{f ∈ [a, b]} p(y | f), what the uPS rejection sampler needs (Wei et al. 2021, supp. §1).
 
 Probit targets are y ∈ {0, 1}; Poisson targets are counts y ∈ {0, 1, 2, ...}.
 """
@@ -152,7 +152,7 @@ SCALE_MIXTURE_NODES = 256  # ≤ 3e-5 relative even with y far in q's tail (64: 
 
 
 def student_t(df: float = STUDENT_T_DF) -> Likelihood:
-    """Student-t noise with ``df`` degrees of freedom and scale σ_n (seed 003 Table 1)."""
+    """Student-t noise with ``df`` degrees of freedom and scale σ_n (Wei et al. 2021, Table 1)."""
 
     def log_prob(y, f, scale):
         return dist.StudentT(df, f, scale).log_prob(y)

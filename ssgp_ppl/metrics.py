@@ -211,11 +211,11 @@ def likelihood_metrics(lik, y, mean, mean_f, var_f, noise=None, *, y_model=None,
                        y_scale: float = 1.0) -> dict[str, float]:
     """Scores of the predictive mixture q(y*) = (1/S) Σ_s ∫ p(y* | f) N(f | mean_f[s], var_f[s]) df.
 
-    * ``nll``: mean test −log q(y*), exact for every likelihood (seed 003 supp. "Evaluation":
+    * ``nll``: mean test −log q(y*), exact for every likelihood (Wei et al. 2021, supp. "Evaluation":
       closed form for the Gaussian and probit, Gauss-Hermite quadrature for the Poisson and
       Student-t), in original units (+ log ``y_scale`` for a standardised continuous target);
     * probit: ``error_rate`` of the prediction P(y* = 1) > 1/2 (``mean``);
-    * Poisson: ``mre``, the mean of |ŷ − y| / max(1, y), ŷ = E[y*] (``mean``; seed 003 supp.).
+    * Poisson: ``mre``, the mean of |ŷ − y| / max(1, y), ŷ = E[y*] (``mean``; Wei et al. 2021, supp.).
 
     y, mean: (n,) original units; mean_f, var_f: (S, n) in the model's units; ``y_model``: the
     targets in the model's units (default y); noise: (S,) likelihood scales or None.

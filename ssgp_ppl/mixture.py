@@ -1,12 +1,12 @@
-"""Mixture-of-Gaussians posteriors for α = vec(θ, s) (Nguyen & Bonilla 2014, seed 002).
+"""Mixture-of-Gaussians posteriors for α = vec(θ, s) (Nguyen & Bonilla 2014, Nguyen & Bonilla 2014).
 
 q(α) = (1/K) Σ_k N(α | m_k, diag S_k): K diagonal components with equal weights
 (``alpha_loc`` (K, D), ``alpha_scale`` (K, D) = √S_k). :func:`mixture_guide` is the NumPyro guide
-(draws for predictions: pick k, then α; the predictive is seed 002 eq. 36 by Monte Carlo, its
+(draws for predictions: pick k, then α; the predictive is Nguyen & Bonilla 2014, eq. 36 by Monte Carlo, its
 moments eqs. 37-38 = :func:`ssgp_ppl.metrics.mixture_moments`). :func:`avi_elbo` is the negative
 ELBO the catalog's ``objective = "elbo"`` uses with this guide:
 
-* expected log-likelihood: score-function gradients for the frequencies θ (seed 002 supp. eqs.
+* expected log-likelihood: score-function gradients for the frequencies θ (Nguyen & Bonilla 2014, supp. eqs.
   9-10), Rao-Blackwellised (supp. §3, eqs. 16-20): under a diagonal component s and θ are
   independent, so the estimator conditions on θ and integrates s exactly,
   E_{q_k(s)} log p(yᵢ | θ, s) (closed form for the Gaussian and Poisson likelihoods, quadrature
@@ -47,7 +47,7 @@ def initial_components(spec, components: int, init_scale: float, spread: float):
 
 def mixture_guide(spec, components: int = 3, init_scale: float = 0.1, spread: float = 1.0,
                   **_):
-    """K equal-weight diagonal Gaussians over α = vec(θ, s) (seed 002; free parameterisation).
+    """K equal-weight diagonal Gaussians over α = vec(θ, s) (Nguyen & Bonilla 2014; free parameterisation).
 
     Component means start at b₀ = vec(θ₀, 0) plus ``spread`` × the prior std × a fixed N(0, 1)
     draw (distinct starting points break the symmetry between components); scales at
@@ -82,7 +82,7 @@ def mixture_guide(spec, components: int = 3, init_scale: float = 0.1, spread: fl
 
 
 def entropy_bound(loc, scale) -> jax.Array:
-    """H[q] ≥ −(1/K) Σ_k log z_k, z_k = (1/K) Σ_l N(m_k | m_l, S_k + S_l) (seed 002 supp. §5).
+    """H[q] ≥ −(1/K) Σ_k log z_k, z_k = (1/K) Σ_l N(m_k | m_l, S_k + S_l) (Nguyen & Bonilla 2014, supp. §5).
 
     loc, scale: (K, D) means and standard deviations √S_k of the diagonal components.
     """
@@ -96,7 +96,7 @@ def entropy_bound(loc, scale) -> jax.Array:
 
 
 def cross_entropy(loc, scale, prior_sd) -> jax.Array:
-    """E_q[log p(α)] for p = N(0, diag prior_sd²) (seed 002 supp. eqs. 29-32, diagonal case)."""
+    """E_q[log p(α)] for p = N(0, diag prior_sd²) (Nguyen & Bonilla 2014, supp. eqs. 29-32, diagonal case)."""
     var = scale**2
     per = -0.5 * (jnp.log(2 * math.pi * prior_sd**2) + (loc**2 + var) / prior_sd**2)
     return jnp.mean(jnp.sum(per, axis=-1))
@@ -116,7 +116,7 @@ def _hyper_values(model, params, x, model_kwargs, spec):
 
 
 def avi_elbo(rng_key, params, model, guide, x, y=None, *, samples: int = 8, **model_kwargs):
-    """Negative ELBO of the mixture guide with seed 002's estimators (module docstring).
+    """Negative ELBO of the mixture guide with Nguyen & Bonilla 2014's estimators (module docstring).
 
     The returned value is the ELBO estimate (with the entropy bound); its gradient is the
     Rao-Blackwellised score-function estimate for the θ-parameters and exact (given the θ draws)

@@ -1,12 +1,12 @@
-"""The one NumPyro model every catalog entry reuses: y = Φ_θ(X) s + ε (seed 001 eqs. 2-3).
+"""The one NumPyro model every catalog entry reuses: y = Φ_θ(X) s + ε (Hoang et al. 2017, eqs. 2-3).
 
 * frequencies θ (m, d): free variables with a spectral-density prior given lengthscales ℓ, or free
   point estimates (SSGP optimized), or fixed standard spectral points scaled by inverse lengthscales λ
-  (seed 004 eq. 4; SSGP fixed, Tan et al.);
-* nuisance s (2m,) ~ N(0, Λ), Λ = σ_s²/m I (seed 001 eq. 3), either sampled or integrated out
-  in closed form (the SSGP marginal likelihood, seed 001 App. E / Lázaro-Gredilla et al. 2010);
+  (Tan et al. 2016, eq. 4; SSGP fixed, Tan et al.);
+* nuisance s (2m,) ~ N(0, Λ), Λ = σ_s²/m I (Hoang et al. 2017, eq. 3), either sampled or integrated out
+  in closed form (the SSGP marginal likelihood, Hoang et al. 2017, App. E / Lázaro-Gredilla et al. 2010);
 * noise σ_n, signal σ_s and the lengthscales: type-II (``numpyro.param``), fixed, or with a prior
-  (half-Cauchy as seed 004, half-normal, log-normal, or normal for λ).
+  (half-Cauchy as Tan et al. 2016, half-normal, log-normal, or normal for λ).
 
 The observation plate takes minibatches: pass ``n_total`` (training-set size) and the likelihood of a
 batch of b rows is scaled by n_total / b, so the ELBO estimate is unbiased.
@@ -135,7 +135,7 @@ def _hyper(name: str, h: Hyper, shape=()):
 
 
 def frequency_prior(lengthscales, m: int, density: str):
-    """Prior of the m free frequency vectors given ℓ: m i.i.d. draws of p(r) (seed 001 eq. 1)."""
+    """Prior of the m free frequency vectors given ℓ: m i.i.d. draws of p(r) (Hoang et al. 2017, eq. 1)."""
     nu = spectral.check_density(density)
     scale = 1.0 / (spectral.TWO_PI * lengthscales)  # (d,)
     d = scale.shape[-1]
@@ -147,7 +147,7 @@ def frequency_prior(lengthscales, m: int, density: str):
 
 
 def marginal_log_likelihood(phi, y, signal, noise):
-    """log p(y | θ, σ_s, σ_n) with s integrated out, O(n m²) (seed 001 App. E; LG 2010 eq. 8).
+    """log p(y | θ, σ_s, σ_n) with s integrated out, O(n m²) (Hoang et al. 2017, App. E; LG 2010 eq. 8).
 
     With A = ΦᵀΦ + (m σ_n²/σ_s²) I_{2m} (2m × 2m, Φ the (n, 2m) design matrix):
     log p = −(yᵀy − yᵀΦA⁻¹Φᵀy)/(2σ_n²) − ½log|A| + m log(m σ_n²/σ_s²) − (n/2) log(2πσ_n²),
@@ -207,13 +207,13 @@ def frequencies_of(spec: SSGPSpec, d: int):
 
 def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mask=None,
                obs_scale=None):
-    """SSGP regression y = Φ_θ(x) s + ε, ε ~ N(0, σ_n²) (seed 001 eq. 3; seed 004 eq. 5), or
-    y ~ p(y | f = Φ_θ(x) s) under the entry's likelihood (Student-t, probit, Poisson; seed 003 §2).
+    """SSGP regression y = Φ_θ(x) s + ε, ε ~ N(0, σ_n²) (Hoang et al. 2017, eq. 3; Tan et al. 2016, eq. 5), or
+    y ~ p(y | f = Φ_θ(x) s) under the entry's likelihood (Student-t, probit, Poisson; Wei et al. 2021, §2).
 
     x: (b, d) inputs of this (mini)batch; y: (b,) targets or None; n_total: training-set size
     when x is a minibatch (the batch likelihood is scaled by n_total / b); obs_mask: (b,) bool,
     rows that count (padded partition blocks); obs_scale: explicit likelihood scale, e.g. p/a
-    when a of p partitions are drawn (seed 001 §4.1, eq. 7), overriding n_total / b.
+    when a of p partitions are drawn (Hoang et al. 2017, §4.1, eq. 7), overriding n_total / b.
     """
     b, d = x.shape
     if d != spec.d:
@@ -261,7 +261,7 @@ def marginal_predictive(x_train, y_train, x_test, frequencies, signal, noise):
 
 
 def degenerate_predictive(x_test, frequencies, nuisance, nuisance_tril=None):
-    """γ = 1 test conditional f* = φ_θ(x*)ᵀ s (seed 001 Prop. 1 with γ = 1; VSSGP).
+    """γ = 1 test conditional f* = φ_θ(x*)ᵀ s (Hoang et al. 2017, Prop. 1 with γ = 1; VSSGP).
 
     With ``nuisance_tril`` L, ``nuisance`` is the mean of a Gaussian q(s | θ) = N(μ, LLᵀ) and s is
     integrated out: f* | θ ~ N(φ*ᵀμ, ‖Lᵀφ*‖²) (the same predictive, Rao-Blackwellised over s).
@@ -275,7 +275,7 @@ def degenerate_predictive(x_test, frequencies, nuisance, nuisance_tril=None):
 
 def local_conditional(x_test, test_block, x_train, y_train, blocks, mask, frequencies, nuisance,
                       signal, noise, gamma: float, *, block_batch: int = 32, test_batch: int = 1024):
-    """γ-family test conditional with the test point's local data (seed 001 Prop. 1), one draw α.
+    """γ-family test conditional with the test point's local data (Hoang et al. 2017, Prop. 1), one draw α.
 
     For x* in partition k: μ = γ φ*ᵀs + (1−γ) φ*ᵀΓ_k⁻¹Φ_kᵀy_k, σ² = (1−γ²) σ_n² φ*ᵀΓ_k⁻¹φ*,
     Γ_k = Φ_kᵀΦ_k + σ_n²Λ⁻¹ = Φ_kᵀΦ_k + (mσ_n²/σ_s²) I (Φ_k the (n_k, 2m) design matrix).

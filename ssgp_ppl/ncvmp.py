@@ -1,6 +1,6 @@
-"""Tan, Ong, Nott & Jasra (2016) variational SSGP: NCVMP Algorithms 1 and 2 (seed 004).
+"""Tan, Ong, Nott & Jasra (2016) variational SSGP: NCVMP Algorithms 1 and 2 (Tan et al. 2016).
 
-The model is the catalog's base model in its λ parameterisation (seed 004 eqs. 4-5):
+The model is the catalog's base model in its λ parameterisation (Tan et al. 2016, eqs. 4-5):
 y = Zα + ε, Z_i = [cos((s_r ⊙ x_i)ᵀλ)]_r ++ [sin((s_r ⊙ x_i)ᵀλ)]_r with fixed spectral points
 s_r ~ N(0, I_d), λ ~ N(μ⁰, Σ⁰), α ~ N(0, σ²/m I_{2m}), σ ~ half-Cauchy(A_σ), γ ~ half-Cauchy(A_γ),
 i.e. :func:`ssgp_ppl.model.ssgp_model` with ``parameterization = "scaled"`` (λ = inverse lengthscales,
@@ -59,10 +59,10 @@ def _h_grid(p, q, r):
 
 
 def log_h(p, q, r):
-    """log H(p, q, r), H(p, q, r) = ∫₀^∞ x^p exp{−q x² − log(r + x⁻²)} dx (seed 004 §3.1).
+    """log H(p, q, r), H(p, q, r) = ∫₀^∞ x^p exp{−q x² − log(r + x⁻²)} dx (Tan et al. 2016, §3.1).
 
     The normaliser of q(γ) ∝ exp(−C/γ²) γ^{−n} / (A² + γ²) is H(n − 2, C, A²) in this form (substitute
-    x = 1/γ), which is Wand et al. (2011, App. B)'s definition; the printed text of seed 004 drops the
+    x = 1/γ), which is Wand et al. (2011, App. B)'s definition; the printed text of Tan et al. 2016 drops the
     exponent of x⁻² in log(r + x⁻²). Evaluated stably by trapezoid quadrature in log space (the
     integrand is smooth and decays super-exponentially, so the rule converges geometrically); p, q, r
     broadcast.
@@ -95,7 +95,7 @@ def sample_inverse_scale(key, p, q, r, shape=()):
 
 
 class TanPrior(NamedTuple):
-    """Known prior hyperparameters of seed 004 §2: λ ~ N(μ⁰, Σ⁰), σ ~ HC(A_σ), γ ~ HC(A_γ)."""
+    """Known prior hyperparameters of Tan et al. 2016, §2: λ ~ N(μ⁰, Σ⁰), σ ~ HC(A_σ), γ ~ HC(A_γ)."""
 
     mu0: jax.Array  # (d,)
     sigma0: jax.Array  # (d, d)
@@ -104,9 +104,9 @@ class TanPrior(NamedTuple):
 
 
 def tan_prior(spec) -> TanPrior:
-    """The prior of an :class:`~ssgp_ppl.model.SSGPSpec` in seed 004's λ parameterisation.
+    """The prior of an :class:`~ssgp_ppl.model.SSGPSpec` in Tan et al. 2016's λ parameterisation.
 
-    The one check that a spec is seed 004's model (the catalog calls it too): the first mismatch is
+    The one check that a spec is Tan et al. 2016's model (the catalog calls it too): the first mismatch is
     one :class:`SSGPError` naming the catalog key."""
     lam = spec.inverse_lengthscales
     checks = [("parameterization", spec.parameterization == "scaled", "'scaled'"),
@@ -120,14 +120,14 @@ def tan_prior(spec) -> TanPrior:
                        f"role = 'prior', dist = '{dist_name}'"))
     for key, ok, want in checks:
         if not ok:
-            raise SSGPError(f"model.{key}: methods ncvmp/local (seed 004) need {want}")
+            raise SSGPError(f"model.{key}: methods ncvmp/local (Tan et al. 2016) need {want}")
     d = spec.d
     return TanPrior(jnp.full((d,), lam.loc), lam.scale**2 * jnp.eye(d), float(spec.signal.scale),
                     float(spec.noise.scale))
 
 
 class NCVMPState(NamedTuple):
-    """Variational parameters ϑ = {μ_α, Σ_α, μ_λ, Σ_λ, C_σ, C_γ} (seed 004 §3.1); α in block order."""
+    """Variational parameters ϑ = {μ_α, Σ_α, μ_λ, Σ_λ, C_σ, C_γ} (Tan et al. 2016, §3.1); α in block order."""
 
     mu_lambda: jax.Array  # (d,)
     sigma_lambda: jax.Array  # (d, d)
@@ -138,7 +138,7 @@ class NCVMPState(NamedTuple):
 
 
 def to_nuisance(alpha):
-    """Block order [a_1..a_m, b_1..b_m] (seed 004) → the model's interleaved [a_1, b_1, a_2, ...]."""
+    """Block order [a_1..a_m, b_1..b_m] (Tan et al. 2016) → the model's interleaved [a_1, b_1, a_2, ...]."""
     m = alpha.shape[-1] // 2
     return jnp.stack([alpha[..., :m], alpha[..., m:]], axis=-1).reshape(alpha.shape)
 
@@ -176,7 +176,7 @@ def _pair_terms(x, points, mu, sigma):
 
 
 def expected_features(x, points, mu, sigma):
-    """E_q(Z) (n, 2m), block order (seed 004 App. A): e^{−½ t_irᵀΣt_ir} [cos(t_irᵀμ), sin(t_irᵀμ)]."""
+    """E_q(Z) (n, 2m), block order (Tan et al. 2016, App. A): e^{−½ t_irᵀΣt_ir} [cos(t_irᵀμ), sin(t_irᵀμ)]."""
     n, d = x.shape
     w = (x[:, :, None] * x[:, None, :] * sigma).reshape(n, d * d)
     k = (points[:, :, None] * points[:, None, :]).reshape(-1, d * d)  # (m, d²)
@@ -209,7 +209,7 @@ def _chunks(x, y, chunk):
 
 
 def expected_gram(x, points, mu, sigma):
-    """E_q(ZᵀZ) = Σ_i E_q(Z_i Z_iᵀ) (2m, 2m), seed 004 App. A, accumulated over row chunks."""
+    """E_q(ZᵀZ) = Σ_i E_q(Z_i Z_iᵀ) (2m, 2m), Tan et al. 2016, App. A, accumulated over row chunks."""
     m = points.shape[0]
     xp, _, mask = _chunks(x, jnp.zeros(x.shape[0], x.dtype), _row_chunk(m))
 
@@ -241,7 +241,7 @@ def _expected_loglik_core(x, y, points, mu, sigma, mu_alpha, psi):
 
 
 def _s_lambda(mu, sigma, x, y, points, state: NCVMPState, prior: TanPrior, inv_noise2):
-    """S = Σ_{a ∈ N(λ)} S_a, the terms of the bound that depend on q(λ) (seed 004 eq. 8-10)."""
+    """S = Σ_{a ∈ N(λ)} S_a, the terms of the bound that depend on q(λ) (Tan et al. 2016, eq. 8-10)."""
     psi = jnp.outer(state.mu_alpha, state.mu_alpha) + state.sigma_alpha
     lik = inv_noise2 * _expected_loglik_core(x, y, points, mu, sigma, state.mu_alpha, psi)
     p0 = jnp.linalg.inv(prior.sigma0)
@@ -286,7 +286,7 @@ def update_rest(x, y, points, state: NCVMPState, prior: TanPrior):
 
 
 def lower_bound(x, y, points, state: NCVMPState, prior: TanPrior, stats: Stats | None = None):
-    """The ELBO L = E_q log p(y, θ) − E_q log q(θ) (seed 004 eq. 6, App. B) at any ϑ.
+    """The ELBO L = E_q log p(y, θ) − E_q log q(θ) (Tan et al. 2016, eq. 6, App. B) at any ϑ.
 
     Equal to the simplified eq. (12) after steps 5-6 of Algorithm 1 (tested); this general form is
     also valid at the initial point, where C_σ, C_γ are not yet the step 5-6 values.
@@ -320,7 +320,7 @@ def lower_bound(x, y, points, state: NCVMPState, prior: TanPrior, stats: Stats |
 
 
 def lower_bound_eq12(n: int, m: int, state: NCVMPState, prior: TanPrior):
-    """Seed 004 eq. (12): the bound after steps 5-6 of Algorithm 1 (C_σ, C_γ just updated)."""
+    """Tan et al. 2016, eq. (12): the bound after steps 5-6 of Algorithm 1 (C_σ, C_γ just updated)."""
     d = state.mu_lambda.shape[0]
     p0 = jnp.linalg.inv(prior.sigma0)
     diff = state.mu_lambda - prior.mu0
@@ -338,7 +338,7 @@ def lower_bound_eq12(n: int, m: int, state: NCVMPState, prior: TanPrior):
 
 class NCVMPSettings(NamedTuple):
     """Algorithm settings (static under jit). ``restarts`` spectral sets are each run for
-    ``restart_iters`` iterations and the best bound is continued (seed 004 §7)."""
+    ``restart_iters`` iterations and the best bound is continued (Tan et al. 2016, §7)."""
 
     algorithm: int = 2  # 1 | 2
     rho: float = 1.5
@@ -514,7 +514,7 @@ def spectral_sets(key, restarts: int, m: int, d: int, dtype=None):
 
 
 def predictive(state: NCVMPState, points, x_test, n: int, prior: TanPrior, *, chunk: int = 256):
-    """Closed-form predictive mean and variance of y* (seed 004 §5).
+    """Closed-form predictive mean and variance of y* (Tan et al. 2016, §5).
 
     μ* = E_q(Z*)ᵀμ_α; σ*² = E_q(γ²) + tr{(μ_αμ_αᵀ + Σ_α) E_q(Z*ᵀZ*)} − (E_q(Z*)ᵀμ_α)²,
     E_q(γ²) = H(n − 4, C_γ, A_γ²) / H(n − 2, C_γ, A_γ²). Returns (mean, var), each (n*,).
@@ -550,7 +550,7 @@ def sample_q(key, state: NCVMPState, n: int, m: int, prior: TanPrior, num: int) 
 
 
 def log_q_scale(sigma, p, c, a2):
-    """log density of σ = 1/x where x ∝ x^p exp(−c x²) / (a2 + x⁻²) (q(σ), q(γ) of seed 004):
+    """log density of σ = 1/x where x ∝ x^p exp(−c x²) / (a2 + x⁻²) (q(σ), q(γ) of Tan et al. 2016):
     p log x − c x² − log(a2 + σ²) − log H(p, c, a2) + 2 log x at x = 1/σ (Jacobian x²)."""
     x = 1.0 / sigma
     return (p + 2.0) * jnp.log(x) - c * x**2 - jnp.log(a2 + sigma**2) - log_h(p, c, a2)
@@ -573,14 +573,14 @@ def log_q(draws: dict, state: NCVMPState, n: int, m: int, prior: TanPrior):
 
 
 def from_nuisance(nuisance):
-    """The model's interleaved order → seed 004's block order (inverse of :func:`to_nuisance`)."""
+    """The model's interleaved order → Tan et al. 2016's block order (inverse of :func:`to_nuisance`)."""
     m = nuisance.shape[-1] // 2
     pairs = nuisance.reshape(nuisance.shape[:-1] + (m, 2))
     return jnp.concatenate([pairs[..., 0], pairs[..., 1]], axis=-1)
 
 
 def check_data(x, y, m: int):
-    """Seed 004's q(γ) needs n ≥ 5 (E_q γ² uses H(n − 4, ·)); say so in one line otherwise."""
+    """Tan et al. 2016's q(γ) needs n ≥ 5 (E_q γ² uses H(n − 4, ·)); say so in one line otherwise."""
     n = np.shape(x)[0]
     if n < 5:
         raise SSGPError(f"NCVMP needs at least 5 training rows (got {n})")

@@ -1,4 +1,4 @@
-"""Adaptive neighbourhoods for local predictive inference (seed 004 §6).
+"""Adaptive neighbourhoods for local predictive inference (Tan et al. 2016, §6).
 
 For each test point x*: fit M₁ by Algorithm 2 on its k Euclidean nearest training neighbours N₁,
 then refit M₂ on the k nearest under d(x*, x) = ((x* − x)ᵀ diag(μ_λ²) (x* − x))^{1/2} (eq. 16), with
@@ -75,7 +75,7 @@ def local_predict(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k:
                   settings: ncvmp.NCVMPSettings, key, adapt: bool = True, batch: int = 32,
                   progress: bool = True, desc: str = "local", offset: int = 0,
                   threads: int | None = None) -> LocalResult:
-    """Seed 004 §6 for every test point; x (n, d), y (n,), x_test (n*, d) as numpy arrays.
+    """Tan et al. 2016, §6 for every test point; x (n, d), y (n,), x_test (n*, d) as numpy arrays.
 
     Test row j draws its spectral sets from ``fold_in(fold_in(key, stage), offset + j)``: a call on
     rows r:r' of a test set with ``offset=r`` reproduces those rows' draws of the whole call (the

@@ -1,17 +1,17 @@
-"""Training objectives beyond the ELBO, as plain functions returning a scalar (seed 003).
+"""Training objectives beyond the ELBO, as plain functions returning a scalar (Wei et al. 2021).
 
 Every objective has NumPyro's loss signature ``objective(rng_key, params, model, guide, x, y,
 **model_kwargs) -> scalar`` (``params`` constrained) and is minimised; :class:`Objective` wraps one
 so that ``numpyro.infer.SVI`` (and :func:`ssgp_ppl.inference.run_svi`) can use it.
 
-* ``elbo`` / ``beta_elbo``: Σᵢ E_q[−log p(yᵢ | fᵢ)] + β KL(q ‖ p) (seed 003 §1.1; β = 1 is the
+* ``elbo`` / ``beta_elbo``: Σᵢ E_q[−log p(yᵢ | fᵢ)] + β KL(q ‖ p) (Wei et al. 2021, §1.1; β = 1 is the
   negative ELBO);
 * ``dlm_log``: Σᵢ −log E_q[p(yᵢ | fᵢ)] + β KL(q ‖ p), log-loss direct loss minimisation
-  (seed 003 §1.1);
-* ``dlm_square``: Σᵢ (ŷᵢ − yᵢ)² + β KL(q ‖ p), ŷᵢ = E_q[E[yᵢ | fᵢ]] the predictive mean (seed 003
+  (Wei et al. 2021, §1.1);
+* ``dlm_square``: Σᵢ (ŷᵢ − yᵢ)² + β KL(q ‖ p), ŷᵢ = E_q[E[yᵢ | fᵢ]] the predictive mean (Wei et al. 2021
   §1.1, §2);
 * ``avi_elbo``: the negative ELBO of the ``mixture`` guide with the score-function,
-  Rao-Blackwellised gradients and the entropy bound of seed 002 (§3-5), see :func:`avi_elbo`.
+  Rao-Blackwellised gradients and the entropy bound of Nguyen & Bonilla 2014 (§3-5), see :func:`avi_elbo`.
 
 **Inner expectations.** fᵢ = φ_θ(xᵢ)ᵀs is linear in the nuisance s. Where the guide's q(s | rest)
 is Gaussian and known in closed form (guides with a ``nuisance_conditional`` attribute: joint
@@ -21,7 +21,7 @@ Gaussian ELBO term, log N(yᵢ | μᵢ, vᵢ + σ²) for log-loss DLM, and the K
 Otherwise s is drawn too (vᵢ = 0). The remaining expectation over θ is Monte Carlo with
 ``particles`` draws (for log-loss DLM: −log of the average over particles, biased like bMC).
 
-**Log-expectation terms for non-conjugate likelihoods** (``gradient``; seed 003 §3-4, supp. §1):
+**Log-expectation terms for non-conjugate likelihoods** (``gradient``; Wei et al. 2021, §3-4, supp. §1):
 ``exact`` (closed form: Gaussian, probit), ``quadrature`` (the likelihood's rule with ``samples``
 nodes: Laplace-centred Gauss-Hermite for the Poisson, scale-mixture Gauss-Laguerre for Student-t),
 ``bmc`` (−log of the mean of ``samples`` draws fᵢ ~ q(fᵢ | rest), reparameterised; biased),
@@ -136,7 +136,7 @@ def _data_weights(b: int, model_kwargs: dict, dtype):
 
 
 def bmc_log_expected(key, lik: Likelihood, y, mu, var, scale, samples: int):
-    """bMC: log (1/L) Σ_l p(y | f_l), f_l = mu + √var ε_l (seed 003 §4, eqs. 7-8); biased in L."""
+    """bMC: log (1/L) Σ_l p(y | f_l), f_l = mu + √var ε_l (Wei et al. 2021, §4, eqs. 7-8); biased in L."""
     eps = jax.random.normal(key, (samples,) + mu.shape, mu.dtype)
     f = mu + jnp.sqrt(var) * eps
     return logsumexp(lik.log_prob(y, f, scale), axis=0) - math.log(samples)
@@ -147,7 +147,7 @@ WIDTHS = 10  # the supplement picks the proposal width multiplier n ≤ 10
 
 def product_samples(key, lik: Likelihood, y, mu, var, scale, samples: int,
                     max_rounds: int = 10_000):
-    """``samples`` draws per entry from q̃(f) ∝ N(f | mu, var) p(y | f) (seed 003 supp. §1).
+    """``samples`` draws per entry from q̃(f) ∝ N(f | mu, var) p(y | f) (Wei et al. 2021, supp. §1).
 
     Rejection sampling from h₂ = N(mu, n·var) with K = ℓ_max = max_f p(y | f): n is the largest
     n ≤ 10 with m₁ ≤ ℓ_max/√n, m₁ = max p(y | f) on [a, b] = mu ± r, r = √var·√(log n / (1 − 1/n))
@@ -189,7 +189,7 @@ def product_samples(key, lik: Likelihood, y, mu, var, scale, samples: int,
 
 
 def ups_log_expected(key, lik: Likelihood, y, mu, var, scale, samples: int):
-    """log E_{N(f|mu,var)} p(y | f) with the unbiased product-sampling gradient (seed 003 Prop. 1).
+    """log E_{N(f|mu,var)} p(y | f) with the unbiased product-sampling gradient (Wei et al. 2021, Prop. 1).
 
     Value: the bMC estimate with as many draws (the reported loss only). Gradient: the mean over
     draws f̃ ~ q̃ of ∇_{mu,var} log N(f̃ | mu, var) (Prop. 1), and of ∂_σ log p(y | f̃, σ) for the
@@ -256,21 +256,21 @@ def _loss(kind: str, rng_key, params, model, guide, x, y, *, beta: float, partic
 
 def beta_elbo(rng_key, params, model, guide, x, y=None, *, beta: float = 1.0, particles: int = 1,
               **model_kwargs):
-    """Σᵢ E_q[−log p(yᵢ | fᵢ)] + β KL(q ‖ p) (seed 003 §1.1); β = 1 is the negative ELBO."""
+    """Σᵢ E_q[−log p(yᵢ | fᵢ)] + β KL(q ‖ p) (Wei et al. 2021, §1.1); β = 1 is the negative ELBO."""
     return _loss("elbo", rng_key, params, model, guide, x, y, beta=beta, particles=particles,
                  gradient="exact", samples=1, **model_kwargs)
 
 
 def dlm_log(rng_key, params, model, guide, x, y=None, *, beta: float = 1.0, particles: int = 1,
             gradient: str = "exact", samples: int = 10, **model_kwargs):
-    """Σᵢ −log E_q[p(yᵢ | fᵢ)] + β KL(q ‖ p): log-loss DLM (seed 003 §1.1)."""
+    """Σᵢ −log E_q[p(yᵢ | fᵢ)] + β KL(q ‖ p): log-loss DLM (Wei et al. 2021, §1.1)."""
     return _loss("dlm_log", rng_key, params, model, guide, x, y, beta=beta, particles=particles,
                  gradient=gradient, samples=samples, **model_kwargs)
 
 
 def dlm_square(rng_key, params, model, guide, x, y=None, *, beta: float = 1.0, particles: int = 2,
                **model_kwargs):
-    """Σᵢ (ŷᵢ − yᵢ)² + β KL(q ‖ p), ŷᵢ the predictive mean: square-loss DLM (seed 003 §1.1, §2)."""
+    """Σᵢ (ŷᵢ − yᵢ)² + β KL(q ‖ p), ŷᵢ the predictive mean: square-loss DLM (Wei et al. 2021, §1.1, §2)."""
     return _loss("dlm_square", rng_key, params, model, guide, x, y, beta=beta,
                  particles=particles, gradient="exact", samples=1, **model_kwargs)
 
@@ -298,7 +298,7 @@ class Objective:
 def make_objective(name: str, *, beta: float | None = 1.0, particles: int = 1,
                    gradient: str = "exact", samples: int = 10, guide=None) -> Objective | None:
     """The catalog's ``objective`` as a loss for SVI. ``elbo`` is the guide's own estimator where
-    it has one (``guide.elbo``: the mixture's seed-002 estimator), else None, i.e. NumPyro's
+    it has one (``guide.elbo``: the mixture's Nguyen & Bonilla 2014 estimator), else None, i.e. NumPyro's
     Trace_ELBO. ``beta=None`` leaves β unbound, to be passed with each update (β selection)."""
     if name == "elbo":
         own = getattr(guide, "elbo", None)

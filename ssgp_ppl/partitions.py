@@ -1,4 +1,4 @@
-"""Disjoint partitions of the training inputs for sVBSSGP (seed 001 §2 and §4.1).
+"""Disjoint partitions of the training inputs for sVBSSGP (Hoang et al. 2017, §2 and §4.1).
 
 The input space is split by k-means (scipy's ``kmeans2`` on a row sample, then every row goes to
 its nearest centre through a KD-tree), so each partition X_k is local. Partitions are stored as

@@ -1,7 +1,7 @@
-"""β selection on a validation split over the grid [n, n/2, n/4, …, 0.01] (seed 003 §6.1).
+"""β selection on a validation split over the grid [n, n/2, n/4, …, 0.01] (Wei et al. 2021, §6.1).
 
 :func:`select_beta` splits the training rows into an inner training part and a validation part
-(8/75 of them: seed 003's 67/8/25 protocol, with our test split as its 25), fits the entry once for
+(8/75 of them: Wei et al. 2021's 67/8/25 protocol, with our test split as its 25), fits the entry once for
 every β of the grid — all β at once, ``vmap`` over the SVI states inside one jitted scan — scores
 each fit on the validation rows (mean NLL; MSE for ``dlm_square``, the loss it minimises), and
 returns the grid, the scores and the chosen β. The CLI's ``fit --select-beta`` then refits on the
@@ -71,7 +71,7 @@ def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = N
                 seed: int = 0, steps: int | None = None, fraction: float = VALIDATION_FRACTION
                 ) -> BetaSelection:
     """Fit ``entry`` for every β of ``grid`` (default :func:`beta_grid` of the inner n) on the inner
-    training rows, score on the validation rows, pick the best (seed 003 §6.1)."""
+    training rows, score on the validation rows, pick the best (Wei et al. 2021, §6.1)."""
     cfg = entry.settings("svi")
     kind = cfg["objective"]
     if kind not in ("beta_elbo", "dlm_log", "dlm_square"):

@@ -1,6 +1,6 @@
 """Data parallelism of the minibatch/partition-sampled gradient over JAX devices (``jax.sharding``).
 
-The rows of one SVI step (a drawn partitions × block size, seed 001 §4.1 eq. 7, or a uniform
+The rows of one SVI step (a drawn partitions × block size, Hoang et al. 2017, §4.1 eq. 7, or a uniform
 minibatch) are split over a 1-D device mesh with axis ``"rows"``; data, parameters and optimiser
 state are replicated, so each device gathers its own rows from its replica and XLA sums the
 per-device parts of the loss and its gradient (an all-reduce of O(parameters) per step). With

@@ -1,16 +1,16 @@
 """Spectral densities, exact stationary kernels and the trigonometric feature map.
 
-Conventions (seed 001, eqs. 1-2): a stationary kernel is k(τ) = σ_s² E_{r~p(r)}[cos(2π rᵀτ)] with the
+Conventions (Hoang et al. 2017, eqs. 1-2): a stationary kernel is k(τ) = σ_s² E_{r~p(r)}[cos(2π rᵀτ)] with the
 spectral density p(r) over *frequencies* r (cycles per unit input). With m frequencies
 θ = vec(r_1, ..., r_m) the feature map is φ_θ(x) = [cos(2π r_1ᵀx), sin(2π r_1ᵀx), ...] (2m features,
-cos/sin interleaved as seed 001 eq. 2) and k(x, x') ≈ φ_θ(x)ᵀ Λ φ_θ(x') with Λ = σ_s²/m I.
+cos/sin interleaved as Hoang et al. 2017, eq. 2) and k(x, x') ≈ φ_θ(x)ᵀ Λ φ_θ(x') with Λ = σ_s²/m I.
 
 Two parameterisations of the frequencies are used by the seeds:
 
 * **free**: θ is itself a variable (SSGP optimized, VSSGP, sVBSSGP), with prior p(r) given the
   lengthscales ℓ;
 * **scaled**: fixed standard spectral points s_r drawn once, multiplied by inverse lengthscales λ
-  (seed 004 eq. 4: cos((s_r ⊙ x)ᵀλ) = cos(2π r_rᵀx) with r_r = s_r ⊙ λ / 2π).
+  (Tan et al. 2016, eq. 4: cos((s_r ⊙ x)ᵀλ) = cos(2π r_rᵀx) with r_r = s_r ⊙ λ / 2π).
 
 Every function here is pure: no sampling inside (``standard_spectral_points`` takes an explicit key).
 Design matrices are (n, 2m): row i is φ(x_i)ᵀ (the paper's Φ_θ(X) is its transpose).
@@ -47,7 +47,7 @@ def check_density(density: str) -> float | None:
 def spectral_density(r, lengthscales, density: str = "se"):
     """Density p(r) of frequencies r (..., d) for an ARD kernel with unit signal variance.
 
-    SE: p(r) = N(0, (4π²Δ)⁻¹), Δ = diag(ℓ²) (seed 001, below eq. 1).
+    SE: p(r) = N(0, (4π²Δ)⁻¹), Δ = diag(ℓ²) (Hoang et al. 2017, below eq. 1).
     Matérn ν: the angular frequency ω = 2πr follows a multivariate Student-t with 2ν degrees of
     freedom and scale diag(1/ℓ²) (Rasmussen & Williams 2006, eq. 4.15); p(r) = (2π)^d p_ω(2πr).
     """
@@ -93,7 +93,7 @@ def standard_spectral_points(key, m: int, d: int, density: str = "se", dtype=Non
     """m standard spectral points s (m, d) of ``density`` with unit lengthscales, in ω-units.
 
     SE: s ~ N(0, I_d). Matérn ν: s ~ multivariate t_{2ν}(0, I_d) = z / sqrt(g / 2ν), g ~ χ²_{2ν}.
-    Frequencies follow as r = s ⊙ λ / 2π with λ = 1/ℓ (seed 004 eq. 4).
+    Frequencies follow as r = s ⊙ λ / 2π with λ = 1/ℓ (Tan et al. 2016, eq. 4).
     """
     nu = check_density(density)
     if m < 1 or d < 1:
@@ -109,12 +109,12 @@ def standard_spectral_points(key, m: int, d: int, density: str = "se", dtype=Non
 
 
 def frequencies_from_spectral_points(spectral_points, inverse_lengthscales):
-    """Frequencies r_i = s_i ⊙ λ / 2π (m, d): the scaled parameterisation of seed 004 eq. (4)."""
+    """Frequencies r_i = s_i ⊙ λ / 2π (m, d): the scaled parameterisation of Tan et al. 2016, eq. (4)."""
     return jnp.asarray(spectral_points) * jnp.asarray(inverse_lengthscales) / TWO_PI
 
 
 def features(x, frequencies):
-    """Trigonometric feature map, design matrix (n, 2m) with rows φ_θ(x)ᵀ (seed 001 eq. 2).
+    """Trigonometric feature map, design matrix (n, 2m) with rows φ_θ(x)ᵀ (Hoang et al. 2017, eq. 2).
 
     Columns 2i and 2i+1 (0-based) are cos(2π r_iᵀx) and sin(2π r_iᵀx).
     """
@@ -124,7 +124,7 @@ def features(x, frequencies):
 
 
 def kernel_estimate(x1, x2, frequencies, signal: float = 1.0):
-    """SSGP kernel φ_θ(x1)ᵀ Λ φ_θ(x2) = σ_s²/m Σ_i cos(2π r_iᵀ(x1 − x2)) (seed 001 eq. 2)."""
+    """SSGP kernel φ_θ(x1)ᵀ Λ φ_θ(x2) = σ_s²/m Σ_i cos(2π r_iᵀ(x1 − x2)) (Hoang et al. 2017, eq. 2)."""
     m = jnp.shape(frequencies)[0]
     return (signal**2 / m) * features(x1, frequencies) @ features(x2, frequencies).T
 

@@ -105,7 +105,7 @@ def test_fit_tan_local_autompg_with_progress_bar(tmp_path):
 
 
 def test_fit_select_beta_writes_the_grid_and_refits(tmp_path):
-    """`fit --select-beta`: seed 003's grid [n, n/2, …, 0.01] on a validation split, then the fit."""
+    """`fit --select-beta`: Wei et al. 2021's grid [n, n/2, …, 0.01] on a validation split, then the fit."""
     out = tmp_path / "dlm"
     r = run("fit", "svbssgp_dlm_log", "--data", "pendulum", "--out", str(out), "--select-beta",
             "--steps", "100", "--no-progress")

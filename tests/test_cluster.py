@@ -1,5 +1,5 @@
 """The Dask cluster runs (ssgp_ppl.cluster) against the single-process results, on one local
-cluster of 2 worker processes shared by the module: seed 004 §6's adaptive-neighbourhood fits in
+cluster of 2 worker processes shared by the module: Tan et al. 2016, §6's adaptive-neighbourhood fits in
 chunks of test rows, batch prediction in row chunks (degenerate, marginal and local rules),
 benchmark repetitions, a worker's exception, the float width carried to the workers, and the
 package without dask."""

@@ -1,7 +1,7 @@
-"""Tests for ssgp_ppl.guides: the sVBSSGP joint affine guide α = vec(θ, s) = M z + b (seed 001 §3.1,
-Lemma 1) and the VSSGP mean-field guide (seed 001 Remark 2): their densities against dense float64
+"""Tests for ssgp_ppl.guides: the sVBSSGP joint affine guide α = vec(θ, s) = M z + b (Hoang et al. 2017, §3.1,
+Lemma 1) and the VSSGP mean-field guide (Hoang et al. 2017, Remark 2): their densities against dense float64
 references, Monte Carlo moments, smooth per-draw ELBOs, the sites they accept, and the unbiasedness
-of the partition-sampled ELBO gradient (seed 001 §4.1 Theorem 1 / eq. 7; seed 000 App. G Prop. 2:
+of the partition-sampled ELBO gradient (Hoang et al. 2017, §4.1 Theorem 1 / eq. 7; Hoang et al. 2017 (extended version), App. G Prop. 2:
 a partitions × b draws of z per step).
 """
 
@@ -395,7 +395,7 @@ def paired_z(a: dict, b: dict) -> dict:
 
 def test_partition_sampled_gradient_is_unbiased_paired(gradient_draws):
     """E over (a partitions drawn with replacement, scale p/a) of the stochastic gradient equals the
-    full-data gradient for the same z (seed 001 eq. 7; seed 000 App. G Prop. 2), for the guide's
+    full-data gradient for the same z (Hoang et al. 2017, eq. 7; Hoang et al. 2017 (extended version), App. G Prop. 2), for the guide's
     params and the type-II σ_n, σ_s, ℓ.
 
     Pairing on the z key leaves only the partition-sampling noise. Threshold: under H0 each
@@ -463,7 +463,7 @@ def test_batch_sampler_draw_is_o_of_a_blocks(x64, pendulum, n):
 
 
 def test_joint_affine_marginal_of_theta_equals_joint_minus_conditional(x64):
-    """``conditional_and_marginal``'s log q(θ) from the LQ factor (what the seed-003 objectives
+    """``conditional_and_marginal``'s log q(θ) from the LQ factor (what the Wei et al. 2021 objectives
     use) equals log q(θ, s) − log q(s | θ) from the guide's own trace (log ψ(z) − log|det M|,
     the slogdet path), for a full, non-triangular U and several draws."""
     spec = _spec(3, 2)

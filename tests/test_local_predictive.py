@@ -1,4 +1,4 @@
-"""Tests for the γ-family local test conditional of sVBSSGP (seed 001 Proposition 1, Remark 1, §4.2):
+"""Tests for the γ-family local test conditional of sVBSSGP (Hoang et al. 2017 Proposition 1, Remark 1, §4.2):
 γ = 0 on one partition is SSGP's predictive (Lázaro-Gredilla et al. 2010 eq. 7), γ = 1 is VSSGP's
 degenerate conditional, and general γ with k-means partitions against a dense float64 reference;
 the LocalData plumbing, per-draw predictives and the catalog's γ key."""
@@ -28,7 +28,7 @@ def _freq(m, d, lam=0.5, seed=0):
 
 
 def _phi(x, freq):
-    """Dense float64 design matrix (n, 2m), cos/sin interleaved (seed 001 eq. 2)."""
+    """Dense float64 design matrix (n, 2m), cos/sin interleaved (Hoang et al. 2017, eq. 2)."""
     proj = 2 * np.pi * np.asarray(x, np.float64) @ np.asarray(freq, np.float64).T
     out = np.empty((proj.shape[0], 2 * proj.shape[1]))
     out[:, 0::2], out[:, 1::2] = np.cos(proj), np.sin(proj)

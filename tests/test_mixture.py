@@ -1,4 +1,4 @@
-"""Mixture guide (seed 002): entropy bound and its gradients (supp. eqs. 33-35), cross-entropy
+"""Mixture guide (Nguyen & Bonilla 2014): entropy bound and its gradients (supp. eqs. 33-35), cross-entropy
 (eqs. 29-32), and the Rao-Blackwellised score-function ELBO gradient: unbiased, lower variance."""
 
 import math

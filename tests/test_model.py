@@ -1,5 +1,5 @@
 """Tests for ssgp_ppl.model: the SSGP marginal likelihood and predictive against dense float64 GP
-references (seed 001 eqs. 2-3; Lázaro-Gredilla et al. 2010), gradients, Monte Carlo moments, the
+references (Hoang et al. 2017, eqs. 2-3; Lázaro-Gredilla et al. 2010), gradients, Monte Carlo moments, the
 NumPyro model's sites for every parameterisation / nuisance / hyperparameter role, and minibatch
 scaling.
 """
@@ -33,13 +33,13 @@ SIGNAL, NOISE = 1.3, 0.4
 
 
 def _freq(m, d, lam=0.5, seed=0):
-    """Frequencies of the scaled parameterisation r = s λ / 2π (seed 004 eq. 4), numpy float64."""
+    """Frequencies of the scaled parameterisation r = s λ / 2π (Tan et al. 2016, eq. 4), numpy float64."""
     pts = np.random.default_rng(seed).standard_normal((m, d))
     return pts * lam / (2 * np.pi)
 
 
 def _phi(x, freq):
-    """Dense float64 design matrix (n, 2m), cos/sin interleaved (seed 001 eq. 2)."""
+    """Dense float64 design matrix (n, 2m), cos/sin interleaved (Hoang et al. 2017, eq. 2)."""
     proj = 2 * np.pi * np.asarray(x, np.float64) @ np.asarray(freq, np.float64).T
     out = np.empty((proj.shape[0], 2 * proj.shape[1]))
     out[:, 0::2], out[:, 1::2] = np.cos(proj), np.sin(proj)
@@ -204,7 +204,7 @@ def test_predict_draws_vectorises_both_rules(x64, pendulum):
 
 @pytest.mark.parametrize("density", ["se", "matern12", "matern32", "matern52"])
 def test_frequency_prior_is_spectral_density(x64, density):
-    """log p(θ | ℓ) = Σ_i log p(r_i) with p the spectral density of seed 001 eq. 1 (same convention)."""
+    """log p(θ | ℓ) = Σ_i log p(r_i) with p the spectral density of Hoang et al. 2017, eq. 1 (same convention)."""
     ell = jnp.array([0.7, 1.3, 0.4])
     r = jnp.asarray(np.random.default_rng(2).normal(scale=0.4, size=(5, 3)))
     prior = frequency_prior(ell, 5, density)

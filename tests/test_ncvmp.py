@@ -1,4 +1,4 @@
-"""Seed 004 (Tan et al. 2016): log H quadrature, App. A expectations, F₁-F₆, the bound (eq. 12 and
+"""Tan et al. 2016 (Tan et al. 2016): log H quadrature, App. A expectations, F₁-F₆, the bound (eq. 12 and
 its Monte Carlo value under the base NumPyro model), Algorithms 1-2 and the §5 predictive."""
 
 import math
@@ -251,7 +251,7 @@ def autompg_fits():
         y = y - y.mean()
         prior = ncvmp.TanPrior(jnp.zeros(x.shape[1]), jnp.eye(x.shape[1]), 25.0, 25.0)
         # seed 1: both algorithms reach the same mode (they need not: seeds 0 and 2 of
-        # benchmarks/tan_paper.py land in different ones, as runs 3 and 40 of seed 004 §7.1)
+        # benchmarks/tan_paper.py land in different ones, as runs 3 and 40 of Tan et al. 2016, §7.1)
         pts = ncvmp.spectral_sets(jax.random.PRNGKey(1), 1, 10, x.shape[1], jnp.float64)
         out = {alg: ncvmp.fit_ncvmp(x, y, pts, prior, ncvmp.NCVMPSettings(algorithm=alg,
                                                                           restarts=1))
@@ -340,7 +340,7 @@ def test_float32_fit_reaches_the_float64_bound(autompg_fits):
 
 @pytest.mark.parametrize("p, c, a2", [(6, 3.0, 625.0), (300, 150.0, 625.0), (18, 40.0, 1.0)])
 def test_log_q_scale_is_the_density_of_the_sampled_scale(x64, p, c, a2):
-    """q(σ) of seed 004 integrates to 1 and has the mean of σ = 1/x drawn by the sampler."""
+    """q(σ) of Tan et al. 2016 integrates to 1 and has the mean of σ = 1/x drawn by the sampler."""
     mode = math.sqrt(2 * c / p)
 
     def dens(s, k=0):
@@ -356,7 +356,7 @@ def test_log_q_scale_is_the_density_of_the_sampled_scale(x64, p, c, a2):
 
 
 def test_log_q_evaluates_alpha_in_block_order(x64):
-    """log q of sample_q's draws = the Gaussian densities of λ and α (block order, seed 004) plus
+    """log q of sample_q's draws = the Gaussian densities of λ and α (block order, Tan et al. 2016) plus
     the two scale densities; α's mean is not symmetric, so a wrong reordering shows."""
     from scipy import stats
 
@@ -379,7 +379,7 @@ def test_log_q_evaluates_alpha_in_block_order(x64):
 
 
 def test_lambda_step_safeguard_shrinks_the_step_until_spd(x64):
-    """Seed 004 Algorithm 2 step 3(b): with F₅ indefinite, a ← a/ρ until (1 − a)Σ⁻¹ + aF₅ is SPD;
+    """Tan et al. 2016, Algorithm 2 step 3(b): with F₅ indefinite, a ← a/ρ until (1 − a)Σ⁻¹ + aF₅ is SPD;
     the accepted a is the first such a/ρᵏ (analytic here: Σ = I, F₅ = diag(1, −3) needs
     1 − 4a > 0, so a = 1 → 1/1.5 → … → 0.1975 = 1.5⁻⁴), and Σ_λ is that matrix's inverse."""
     d = 2

@@ -1,4 +1,4 @@
-"""Objectives (seed 003): estimators of log-expectation gradients and the objectives themselves.
+"""Objectives (Wei et al. 2021): estimators of log-expectation gradients and the objectives themselves.
 
 uPS is unbiased and bMC's bias shrinks with L (against exact or dense-quadrature gradients); the
 objectives match float64 references where θ is fixed, Trace_ELBO in expectation, the closed-form
@@ -73,7 +73,7 @@ def _estimates(estimator, lik, y, mu, var, scale, samples, reps, seed=0):
     ("gaussian", 0.9, 0.1, 0.5, 0.6)], ids=["probit", "poisson", "gaussian"])
 def test_ups_gradient_is_unbiased(name, y, mu, var, scale, x64):
     """Mean of 4000 uPS gradients (L = 1) = exact gradient within 4 Monte Carlo standard errors,
-    for (mu, var) and, where the likelihood has one, its scale (seed 003 Prop. 1)."""
+    for (mu, var) and, where the likelihood has one, its scale (Wei et al. 2021, Prop. 1)."""
     lik = likelihoods.get(name)
     exact = np.asarray(_exact_grad(lik, jnp.asarray(y), mu, var, scale))
     g = _estimates(objectives.ups_log_expected, lik, jnp.asarray(y), mu, var, scale, 1, 4000)
@@ -83,7 +83,7 @@ def test_ups_gradient_is_unbiased(name, y, mu, var, scale, x64):
 
 
 def test_bmc_bias_shrinks_with_samples(x64):
-    """bMC's gradient is biased, and the bias falls roughly as 1/L (seed 003 §4)."""
+    """bMC's gradient is biased, and the bias falls roughly as 1/L (Wei et al. 2021, §4)."""
     lik = likelihoods.get("poisson")
     y, mu, var = jnp.asarray(3.0), 0.0, 1.0
     exact = np.asarray(_exact_grad(lik, y, mu, var, 1.0))[:2]

@@ -1,7 +1,7 @@
 """Tests for ssgp_ppl.spectral: densities, exact kernels, spectral points and the feature map.
 
 References are independent of the code under test: scipy quadrature of the densities and of the
-Fourier integral k(τ) = ∫ p(r) cos(2π rτ) dr (seed 001 eq. 1), scipy.stats densities, numpy float64
+Fourier integral k(τ) = ∫ p(r) cos(2π rτ) dr (Hoang et al. 2017, eq. 1), scipy.stats densities, numpy float64
 feature maps, and Monte Carlo means within their standard errors.
 """
 
@@ -150,7 +150,7 @@ def test_frequencies_from_spectral_points():
 
 @pytest.mark.parametrize("density", DENSITIES)
 def test_kernel_estimate_converges_like_inverse_sqrt_m(x64, pendulum, density):
-    """max |k̂ − k| over 30×30 pendulum pairs shrinks ~ m^{-1/2} (seed 001 eq. 2, seed 004 eq. 4)."""
+    """max |k̂ − k| over 30×30 pendulum pairs shrinks ~ m^{-1/2} (Hoang et al. 2017, eq. 2, Tan et al. 2016, eq. 4)."""
     x = pendulum.x_train[:30]
     d = x.shape[1]
     ell = _ard_lengthscales(d)

@@ -1,4 +1,4 @@
-"""Seed 004 end to end: the Gaussian-λ guide by SVI against NCVMP (bound and predictions), the
+"""Tan et al. 2016 end to end: the Gaussian-λ guide by SVI against NCVMP (bound and predictions), the
 ``ncvmp`` / ``local`` methods of ``fit`` and the adaptive neighbourhoods of §6."""
 
 import jax
