@@ -20,7 +20,7 @@ import platform
 import sys
 import time
 
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
 from ssgp_ppl.fit import fit
 from ssgp_ppl.selection import select_beta

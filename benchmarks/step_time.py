@@ -95,7 +95,7 @@ def steady_ms(seconds: float, first: tuple[int, float], steps: int) -> float:
 
 
 def bench_entry(name: str, data, partitions, a, refs) -> dict:
-    from ssgp_ppl.catalog import load_entry
+    from ssgp_ppl.entry import load_entry
     from ssgp_ppl.inference import run_svi
 
     entry = load_entry(name)
@@ -205,7 +205,7 @@ def main():
     import numpyro
     import references as refs
 
-    from ssgp_ppl.catalog import list_entries, load_entry
+    from ssgp_ppl.entry import list_entries, load_entry
     from ssgp_ppl.datasets import load
     from ssgp_ppl.partitions import kmeans_partitions
 

@@ -29,7 +29,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ssgp_ppl.catalog import load_entry  # noqa: E402
+from ssgp_ppl.entry import load_entry  # noqa: E402
 from ssgp_ppl.datasets import load  # noqa: E402
 from ssgp_ppl.fit import predict  # noqa: E402
 from ssgp_ppl.inference import empty_guide, guide_draws, run_svi, site_values  # noqa: E402

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ssgp_ppl import objectives
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
 from ssgp_ppl.fit import fit
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ssgp_ppl.catalog import list_entries, load_entry
+from ssgp_ppl.entry import list_entries, load_entry
 from ssgp_ppl.report import compare_named, summary_rows
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"

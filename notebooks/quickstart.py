@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
 from ssgp_ppl.fit import fit
 

@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ssgp_ppl import ncvmp
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
 from ssgp_ppl.fit import fit, ncvmp_settings
 

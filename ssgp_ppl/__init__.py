@@ -14,3 +14,25 @@ by subprocesses (Dask workers) and also limits numpy's own BLAS.
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from importlib import metadata as _metadata  # noqa: E402
+
+try:
+    __version__ = _metadata.version("ssgp-ppl")
+except _metadata.PackageNotFoundError:  # a source tree without the package installed
+    __version__ = "0+unknown"
+
+_API = ("fit", "load", "catalog")
+
+
+def __getattr__(name: str):
+    """``ssgp_ppl.fit``, ``load`` and ``catalog`` (:mod:`ssgp_ppl.api`), imported on first use so
+    that ``import ssgp_ppl`` does not start JAX (the CLI sets XLA flags first)."""
+    if name in _API:
+        from ssgp_ppl import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'ssgp_ppl' has no attribute {name!r}")
+
+
+__all__ = ["__version__", *_API]

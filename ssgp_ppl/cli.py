@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from ssgp_ppl.checkpoint import DEFAULT_EVERY  # numpy only: JAX starts after the flags are set
+from ssgp_ppl import methods  # imports JAX without starting a backend: flags are set before
+from ssgp_ppl.checkpoint import DEFAULT_EVERY
 
 CHAINS_DEVICES = 4  # host devices so that 4 NUTS chains run in parallel
 
@@ -104,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
 
     f = add("fit", help="fit a catalog model, write metrics.json and posterior.nc")
     data_args(f, resumable=True)
-    f.add_argument("--method", choices=("svi", "nuts", "ml", "ncvmp", "local"),
+    f.add_argument("--method", choices=tuple(methods.REGISTRY),
                    help="default: the entry's own")
     f.add_argument("--steps", type=_positive, help="SVI/ML steps, or NUTS draws per chain")
     f.add_argument("--out", help="output directory (default runs/<model>-<data>-<method>)")
@@ -194,7 +195,7 @@ def _load_data(args, entry):
 
 
 def _entry(args):
-    from ssgp_ppl.catalog import load_entry
+    from ssgp_ppl.entry import load_entry
 
     entry = load_entry(args.model)
     return entry.with_overrides(args.sets) if args.sets else entry
@@ -223,28 +224,10 @@ def _columns(rows: list[dict]) -> list[str]:
     return cols[:-1] + extra + cols[-1:]
 
 
-def _objective(entry) -> str:
-    methods = entry.methods
-    if methods[0] == "ncvmp":
-        return "elbo (NCVMP)"
-    if methods[0] == "local":
-        return "elbo (NCVMP, per test point)"
-    if "svi" not in methods:
-        return "marginal likelihood"
-    svi = entry.settings("svi")
-    obj = svi["objective"]
-    return obj if obj == "elbo" else f"{obj} (β = {svi['beta']:g})"
-
-
 def cmd_models(args) -> None:
-    from ssgp_ppl.catalog import list_entries, load_entry
+    from ssgp_ppl.api import catalog
 
-    rows = []
-    for name in list_entries():
-        e = load_entry(name)
-        rows.append({"name": name, "methods": ",".join(e.methods), "guide": e.guide_name,
-                     "objective": _objective(e),
-                     "description": e.description})
+    rows = catalog()
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
@@ -256,25 +239,26 @@ def cmd_fit(args) -> int:
     import jax
 
     from ssgp_ppl.checkpoint import Checkpoint
-    from ssgp_ppl.fit import fit, metrics_record
+    from ssgp_ppl.errors import SSGPError
     from ssgp_ppl.io import write_datatree, write_json
+    from ssgp_ppl.pipeline import fit, metrics_record
 
     entry = _entry(args)
     data = _load_data(args, entry)
-    method = args.method or entry.methods[0]
+    m = methods.get(args.method or entry.methods[0])
+    method = m.name
     writer = jax.process_index() == 0  # across processes (jax.distributed) rank 0 writes
-    if jax.process_count() > 1 and (method not in ("svi", "ml") or args.select_beta or args.dask):
-        from ssgp_ppl.errors import SSGPError
-
+    if jax.process_count() > 1 and (not m.distributed or args.select_beta or args.dask):
+        able = ", ".join(k for k, v in methods.REGISTRY.items() if v.distributed)
         extra = " --select-beta" if args.select_beta else " --dask" if args.dask else ""
-        raise SSGPError(f"training across processes is for methods svi and ml without "
+        raise SSGPError(f"training across processes is for methods {able} without "
                         f"--select-beta or --dask, not {method}{extra}")
     out = Path(args.out or f"runs/{entry.name}-{data.name}-{method}")
     out.mkdir(parents=True, exist_ok=True)
     if not args.resume and writer:
         write_json(out / "run.json", {k: getattr(args, k) for k in RUN_ARGS})
     checkpoint = None
-    if method in ("svi", "ml"):  # with --checkpoint-every 0: saved only at the end or on Ctrl-C
+    if m.checkpoints:  # with --checkpoint-every 0: saved only at the end or on Ctrl-C
         resume = bool(args.resume) and (out / "checkpoint.npz").exists()
         if args.resume and not resume:
             print(f"ssgp-ppl: no checkpoint in {out} (stopped before training began): "
@@ -282,8 +266,6 @@ def cmd_fit(args) -> int:
         checkpoint = Checkpoint(out / "checkpoint.npz", every=args.checkpoint_every or 10**12,
                                 resume=resume)
     elif args.resume:
-        from ssgp_ppl.errors import SSGPError
-
         raise SSGPError(f"method {method!r} does not checkpoint: nothing to resume in {out}")
     if args.select_beta:
         from ssgp_ppl.selection import record, select_beta
@@ -309,13 +291,13 @@ def cmd_fit(args) -> int:
                   checkpoint=checkpoint, client=dask_client)
     record = metrics_record(res, data)
     if not writer:
-        return 130 if res.info.get("interrupted") else 0
+        return 130 if res.info.interrupted else 0
     write_json(out / "metrics.json", record)
     write_datatree(out / "posterior.nc", res.datatree)
     _print_table([record], _columns([record]))
     print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)
-    if res.info.get("interrupted"):
-        print(f"ssgp-ppl: interrupted at step {res.info['steps']}; metrics so far written; "
+    if res.info.interrupted:
+        print(f"ssgp-ppl: interrupted at step {res.info.steps}; metrics so far written; "
               f"continue with: ssgp-ppl fit --resume {out}", file=sys.stderr)
         return 130
     return 0

@@ -10,7 +10,7 @@ cluster for the call.
 The local fits equal the single-process ones bit for bit: each test row draws its spectral sets
 from its index in the whole set (``offset`` of :func:`~ssgp_ppl.neighbourhoods.local_predict`)
 and chunks start at multiples of the fit batch (every vmapped batch holds the rows, and padding,
-it holds in one process). Batch prediction equals :func:`~ssgp_ppl.fit.predict` on the same row
+it holds in one process). Batch prediction (:func:`map_rows`) equals the rule on the same row
 chunks in one process bit for bit; against one ``predict`` call on all rows it differs by
 rounding alone, because XLA's CPU code for n* rows is not that for n*' rows (measured at most 3
 eps of the float width times the output's largest magnitude). Every task runs in the client's
@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -42,10 +42,6 @@ from ssgp_ppl.neighbourhoods import LocalResult, local_predict
 
 if TYPE_CHECKING:  # pragma: no cover
     import distributed
-
-    from ssgp_ppl.datasets import Dataset
-    from ssgp_ppl.likelihoods import Likelihood
-    from ssgp_ppl.partitions import Partitions
 
 EXTRA = "pip install 'ssgp-ppl[dask]'"
 
@@ -185,46 +181,26 @@ def local_predict_distributed(x_train, y_train, x_test, prior: ncvmp.TanPrior, *
 # ---------------------------------------------------------------- batch prediction
 
 
-def _predict_chunk(x_test, *, sites, data, rule, **kw) -> tuple[np.ndarray, ...]:
-    """On the worker: :func:`ssgp_ppl.fit.predict` at the rows ``x_test`` (n_c, d)."""
-    from ssgp_ppl.fit import predict
-
-    return tuple(np.asarray(a) for a in predict(sites, data, rule, x_test=x_test, **kw))
+def _rows_chunk(x, *, fn) -> tuple[np.ndarray, ...]:
+    """On the worker: ``fn`` at the rows ``x`` (n_c, d)."""
+    return tuple(np.asarray(a) for a in fn(x))
 
 
-def predict_distributed(sites: dict, data: Dataset, rule: str, *, gamma: float = 0.0,
-                        partitions: Partitions | None = None, x_test=None,
-                        lik: Likelihood | None = None, client: distributed.Client | None = None,
-                        chunk: int | None = None) -> tuple[np.ndarray, ...]:
-    """:func:`ssgp_ppl.fit.predict` with the test rows split in chunks over the cluster.
-
-    Same arguments and return values: (mean, var) of y* (n*,) in original units and the per-draw
-    (mean_f, var_f, var_y) (S, n*), as numpy arrays; equal to ``predict`` on each chunk, to
-    ``predict`` on all rows up to rounding (module docstring). The local rule assigns every chunk's
-    rows to the same ``partitions``. ``chunk``: test rows per task (default ⌈n* / worker threads⌉:
-    one task, and at most two compiled shapes, per thread). The training rows and draws are sent
-    once per worker, the test rows once.
-    """
-    from ssgp_ppl.model import check_test_inputs
-
-    x_test = np.asarray(data.x_test if x_test is None else x_test)
-    check_test_inputs(data.x_train, x_test)
-    if rule == "local" and partitions is None:
-        raise SSGPError("the local rule needs partitions (LocalData)")
+def map_rows(fn: Callable, x, client: distributed.Client | None = None, *,
+             chunk: int | None = None) -> tuple[np.ndarray, ...]:
+    """``fn(x)`` — a tuple of (S, n*) arrays, e.g. a predictive rule's moments
+    (:mod:`ssgp_ppl.predictive`) — with the rows of ``x`` split in chunks over the cluster and
+    the outputs joined along their last axis. Equal to ``fn`` on each chunk, to ``fn`` on all rows
+    up to rounding (module docstring). ``fn`` (and what it holds: draws, training rows) is sent
+    once per worker, the rows once. ``chunk``: rows per task (default ⌈n* / worker threads⌉: one
+    task, and at most two compiled shapes, per thread)."""
+    x = np.asarray(x)
     if chunk is not None and chunk < 1:
         raise SSGPError(f"chunk must be >= 1, got {chunk}")
-    n_star = len(x_test)
-    if n_star == 0:  # nothing to split
-        from ssgp_ppl.fit import predict
-
-        return tuple(np.asarray(a) for a in predict(sites, data, rule, gamma=gamma,
-                                                    partitions=partitions, x_test=x_test, lik=lik))
-    # the workers need the training rows and scalers, not the (possibly large) test split
-    light = data._replace(x_test=np.asarray(data.x_test)[:0], y_test=np.asarray(data.y_test)[:0])
-    shared: dict[str, Any] = dict(sites=dict(sites), data=light,
-                                  rule=rule, gamma=gamma, partitions=partitions, lik=lik)
+    if len(x) == 0:  # nothing to split
+        return tuple(np.asarray(a) for a in fn(x))
     with _session(client) as c:
-        size = chunk or max(1, math.ceil(n_star / _threads(c)))
-        parts = map_chunks(_predict_chunk, [x_test[r:r + size] for r in _starts(n_star, size)], c,
-                           shared=shared)
+        size = chunk or max(1, math.ceil(len(x) / _threads(c)))
+        parts = map_chunks(_rows_chunk, [x[r:r + size] for r in _starts(len(x), size)], c,
+                           shared={"fn": fn})
     return tuple(np.concatenate(field, axis=-1) for field in zip(*parts, strict=True))

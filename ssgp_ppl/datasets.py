@@ -228,8 +228,14 @@ def load(
     if test_fraction is not None and not (0.0 < float(test_fraction) < 1.0):
         raise SSGPError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction!r}")
 
+    if isinstance(name_or_path, pd.DataFrame):
+        return _split_and_scale(*_frame_arrays(name_or_path, target, "the DataFrame"), "dataframe",
+                                ("perm", 0.1 if test_fraction is None else float(test_fraction)),
+                                split, subsample, extra_noise_inputs, x_scaling, target_kind,
+                                threshold)
     if not isinstance(name_or_path, str | os.PathLike):
-        raise SSGPError(f"data set must be a name or a file path, got {name_or_path!r}")
+        raise SSGPError(f"data set must be a name, a file path or a pandas DataFrame, got "
+                        f"{type(name_or_path).__name__}")
     raw_name = os.fspath(name_or_path)
     if data_dir is not None and not Path(data_dir).expanduser().is_dir():  # even for bundled sets
         raise SSGPError(f"data directory '{Path(data_dir).expanduser()}' does not exist (check "
@@ -258,7 +264,12 @@ def load(
         name = _file_stem(path)
         frac = 0.1 if test_fraction is None else float(test_fraction)
         split_spec = ("perm", frac)
+    return _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample,
+                            extra_noise_inputs, x_scaling, target_kind, threshold)
 
+
+def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, extra_noise_inputs,
+                     x_scaling, target_kind, threshold) -> Dataset:
     rng = np.random.default_rng(split)
     if subsample is not None:
         if split_spec[0] == "fixed":
@@ -318,6 +329,39 @@ def load(
         target_name=tname,
         split=split,
     )
+
+
+def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
+                target_kind: str = "continuous", name: str = "arrays") -> Dataset:
+    """A Dataset of in-memory arrays: every row of ``x`` (n, d), ``y`` (n,) is a training row, the
+    test rows are ``x_test``, ``y_test`` (none if not given); scalers fitted on the training rows."""
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
+    x = x[:, None] if x.ndim == 1 else x
+    if x.ndim != 2 or y.ndim != 1 or len(x) != len(y):
+        raise SSGPError(f"x must be (n, d) and y (n,) with the same n, got {x.shape} and {y.shape}")
+    feats = _xnames(x.shape[1])
+    _check_finite_array(x, y, "the arrays x, y", feats, "y")
+    if len(x) < 2:
+        raise SSGPError(f"{len(x)} training rows are too few; need at least 2")
+    if (x_test is None) != (y_test is None):
+        raise SSGPError("give both x_test and y_test, or neither")
+    xt = np.zeros((0, x.shape[1])) if x_test is None else np.asarray(x_test, np.float64)
+    yt = np.zeros(0) if y_test is None else np.asarray(y_test, np.float64)
+    xt = xt[:, None] if xt.ndim == 1 else xt
+    if xt.ndim != 2 or xt.shape[1] != x.shape[1] or len(xt) != len(yt):
+        raise SSGPError(f"x_test must be (n*, {x.shape[1]}) and y_test (n*,), got {xt.shape} and "
+                        f"{yt.shape}")
+    if len(xt):
+        _check_finite_array(xt, yt, "the arrays x_test, y_test", feats, "y")
+    x_scaler = _fit_x_scaler(x, x_scaling)
+    y_scaler = _fit_standard(y) if target_kind == "continuous" else Scaler(np.zeros(()), np.ones(()))
+
+    def prep(a, s):
+        return np.ascontiguousarray(s.transform(a), dtype=np.float64)
+
+    return Dataset(name, prep(x, x_scaler), prep(y, y_scaler), prep(xt, x_scaler),
+                   prep(yt, y_scaler), x_scaler, y_scaler, feats, "y", 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -676,7 +720,12 @@ def _read_table(path: Path, target: str | None):
         raise SSGPError(f"data file '{path}' is empty") from None
     except (ValueError, OSError, ImportError, pd.errors.ParserError) as e:
         raise SSGPError(f"cannot read data file '{path}': {_one_line(e)}") from None
+    return _frame_arrays(df, target, path)
 
+
+def _frame_arrays(df: pd.DataFrame, target: str | None, path):
+    """Inputs, target, input names and target name of a table (``path`` names it in errors)."""
+    df = df.copy()
     cols = [str(c) for c in df.columns]
     df.columns = cols
     if len(set(cols)) != len(cols):

@@ -1,19 +1,31 @@
-"""Variational guides by catalog name.
+"""Variational guides as classes (as numpyro's AutoGuide): the class says what a guide can do.
 
-A guide is a plain callable with the model's signature ``guide(x, y=None, **model_kwargs)``;
-its params are named ``{site}_{role}``. NumPyro's autoguides are available by name, and the
-papers' guides:
+A guide is called like the model, ``guide(x, y=None, **model_kwargs)``; its params are named
+``{site}_{role}``. :class:`Guide` declares the optional abilities with their defaults, and the
+objectives, the predictive and the β selection call them directly:
+
+* :meth:`Guide.nuisance_conditional` — q(s | rest) is Gaussian in closed form
+  (``gaussian_nuisance`` is True): its mean and Cholesky factor per draw, so that the objectives
+  integrate s exactly and the degenerate predictive can integrate it per draw;
+* :meth:`Guide.conditional_and_marginal` — that conditional plus log q(rest) from a factor the
+  objective already computes (None by default: the objective then subtracts log q(s | rest) from
+  log q);
+* :meth:`Guide.own_objective` — a guide-specific estimator of an objective (the mixture's
+  score-function ELBO; None by default);
+* ``components`` — mixture components (1 by default).
+
+Guides by catalog name (:data:`GUIDES`): NumPyro's autoguides (``auto_normal``, ``auto_mvn``,
+``auto_lowrank``, ``auto_delta``) and the papers' guides:
 
 * ``joint_affine`` (sVBSSGP, Hoang et al. 2017, §3.1 Lemma 1): α = vec(θ, s) = M z + b with a full
   invertible M (``alpha_matrix``) and b (``alpha_loc``), z ~ ψ = N(0, I) or a multivariate
-  Student-t with ν degrees of freedom; q(α) = ψ(M⁻¹(α − b)) / |det M|. θ and s interact a posteriori.
+  Student-t with ν degrees of freedom; q(α) = ψ(M⁻¹(α − b)) / |det M|.
 * ``gaussian_lambda`` (Tan et al. 2016, eq. 11): q(λ)q(α)q(σ)q(γ), Gaussian λ and α with
   full covariances, square-root inverse-gamma scales (the NCVMP family fitted by SVI).
-* ``mixture`` (Nguyen & Bonilla 2014, Nguyen & Bonilla 2014): K equal-weight diagonal Gaussians over
-  α = vec(θ, s) (:mod:`ssgp_ppl.mixture`).
-* ``mean_field`` (VSSGP, Gal & Turner 2015 as Hoang et al. 2017, Remark 2 describes it): independent
-  Gaussians over each frequency vector r_i (``frequencies_loc``, ``frequencies_scale``) and over
-  s (``nuisance_loc``, ``nuisance_scale``).
+* ``mixture`` (Nguyen & Bonilla 2014): K equal-weight diagonal Gaussians over α = vec(θ, s), fitted
+  by the score-function ELBO of :mod:`ssgp_ppl.mixture`.
+* ``mean_field`` (VSSGP, Gal & Turner 2015 as Hoang et al. 2017, Remark 2 describes it):
+  independent Gaussians over each frequency vector r_i and over s.
 """
 
 from __future__ import annotations
@@ -23,9 +35,11 @@ from collections.abc import Callable
 from functools import partial
 
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax.scipy.linalg import solve_triangular
+from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 from numpyro.infer import autoguide, init_to_median, init_to_sample, init_to_value
 
@@ -33,19 +47,57 @@ from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.model import SSGPSpec
 
-AUTOGUIDES: dict[str, type] = {
-    "auto_normal": autoguide.AutoNormal,
-    "auto_mvn": autoguide.AutoMultivariateNormal,
-    "auto_lowrank": autoguide.AutoLowRankMultivariateNormal,
-    "auto_delta": autoguide.AutoDelta,
-}
-
-# custom guides: name -> builder(spec, **options) -> guide callable
-CUSTOM_GUIDES: dict[str, Callable] = {}
 PSI = ("normal", "student_t")
 
 
-def _check_alpha_sites(name: str, spec: SSGPSpec) -> None:
+class Guide:
+    """Base class of every guide: a NumPyro guide callable plus the optional abilities."""
+
+    name: str = "guide"
+    gaussian_nuisance: bool = False  # q(s | rest) Gaussian in closed form
+    components: int = 1
+
+    def __init__(self, spec: SSGPSpec):
+        self.spec = spec
+
+    def __call__(self, x, y=None, **kwargs):
+        raise NotImplementedError
+
+    def nuisance_conditional(self, params: dict, draw: dict):
+        """(loc (2m,), scale_tril (2m, 2m)) of q(s | the other latents of ``draw``)."""
+        raise SSGPError(f"guide {self.name!r} has no closed-form Gaussian q(s | rest)")
+
+    def conditional_and_marginal(self, params: dict, draw: dict):
+        """(loc, scale_tril, log q(rest)) where the guide computes log q(rest) from its own factor;
+        None where it does not (the objective then uses log q − log q(s | rest))."""
+        return None
+
+    def own_objective(self, name: str):
+        """A guide-specific estimator of objective ``name`` (a plain loss function), or None."""
+        return None
+
+
+class NumPyroAutoGuide(Guide):
+    """A NumPyro autoguide, started at :func:`initial_values`."""
+
+    KINDS: dict[str, type] = {
+        "auto_normal": autoguide.AutoNormal,
+        "auto_mvn": autoguide.AutoMultivariateNormal,
+        "auto_lowrank": autoguide.AutoLowRankMultivariateNormal,
+        "auto_delta": autoguide.AutoDelta,
+    }
+
+    def __init__(self, spec: SSGPSpec, model: Callable, kind: str = "auto_mvn"):
+        super().__init__(spec)
+        self.name = kind
+        self.auto = self.KINDS[kind](model, init_loc_fn=init_to_value(values=initial_values(spec)))
+
+    def __call__(self, x, y=None, **kwargs):
+        return self.auto(x, y, **kwargs)
+
+
+def check_alpha_sites(name: str, spec: SSGPSpec) -> None:
+    """The papers' α-guides cover exactly θ and s of the free parameterisation."""
     want = ("frequencies", "nuisance")
     if spec.parameterization != "free" or spec.latent_sites() != want:
         raise SSGPError(
@@ -55,7 +107,7 @@ def _check_alpha_sites(name: str, spec: SSGPSpec) -> None:
         )
 
 
-def _alpha_init(spec: SSGPSpec, init_scale: float):
+def alpha_init(spec: SSGPSpec, init_scale: float):
     """b₀ = vec(θ₀, 0) and the per-coordinate scale: ``init_scale`` × the prior std of θ, s."""
     theta0 = initial_values(spec)["frequencies"]
     theta_sd = jnp.full(theta0.shape, 1.0 / (spectral.TWO_PI * spec.lengthscales.value))
@@ -64,51 +116,59 @@ def _alpha_init(spec: SSGPSpec, init_scale: float):
     return loc, init_scale * jnp.concatenate([theta_sd.ravel(), s_sd])
 
 
-def joint_affine_guide(spec: SSGPSpec, psi: str = "normal", df: float = 5.0,
-                       init_scale: float = 0.1) -> Callable:
+class JointAffineGuide(Guide):
     """sVBSSGP guide α = vec(θ, s) = M z + b, z ~ ψ (Hoang et al. 2017, §3.1, Lemma 1).
 
     The base draw z is an auxiliary site; θ and s are Delta sites whose log-density carries
     −log|det M| (computed by ``slogdet``, i.e. an LU factorisation: M need not be triangular), so
     log q(α) = log ψ(z) − log|det M| and the ELBO gradient is the paper's eq. (6). The param
     ``alpha_matrix`` holds U with M = diag(σ₀) U, σ₀ = ``init_scale`` × the prior std of each
-    coordinate (U starts at I).
+    coordinate (U starts at I): Adam's per-coordinate steps are then relative (with M itself as the
+    parameter the first sign-like steps of size lr on all D² entries dwarf σ₀ ~ 0.02). Under
+    ψ = Student-t, s | θ is not Gaussian and is drawn.
     """
-    _check_alpha_sites("joint_affine", spec)
-    if psi not in PSI:
-        raise SSGPError(f"unknown ψ {psi!r}; known: {', '.join(PSI)}")
-    m, d = spec.m, spec.d
-    n_theta = m * d
-    loc0, scale0 = _alpha_init(spec, init_scale)
-    dim = loc0.shape[0]
 
-    log_scale0 = jnp.sum(jnp.log(scale0))
+    name = "joint_affine"
 
-    def guide(x, y=None, **kwargs):
-        # M = diag(σ₀) U: U (D, D) is any invertible matrix, stored in units of each coordinate's
-        # initial spread σ₀ so that Adam's per-coordinate steps are relative (with M itself as the
-        # parameter the first sign-like steps of size lr on all D² entries dwarf σ₀ ~ 0.02)
+    def __init__(self, spec: SSGPSpec, psi: str = "normal", df: float = 5.0,
+                 init_scale: float = 0.1):
+        check_alpha_sites("joint_affine", spec)
+        if psi not in PSI:
+            raise SSGPError(f"unknown ψ {psi!r}; known: {', '.join(PSI)}")
+        super().__init__(spec)
+        self.psi, self.df = psi, df
+        self.gaussian_nuisance = psi == "normal"
+        self.n_theta = spec.m * spec.d
+        self.loc0, self.scale0 = alpha_init(spec, init_scale)
+        self.dim = self.loc0.shape[0]
+        self.log_scale0 = jnp.sum(jnp.log(self.scale0))
+
+    def __call__(self, x, y=None, **kwargs):
+        m, d, dim = self.spec.m, self.spec.d, self.dim
         unit = numpyro.param("alpha_matrix", jnp.eye(dim))
-        loc = numpyro.param("alpha_loc", loc0)  # b, (D,)
-        mat = scale0[:, None] * unit
-        if psi == "normal":
+        loc = numpyro.param("alpha_loc", self.loc0)  # b, (D,)
+        mat = self.scale0[:, None] * unit
+        if self.psi == "normal":
             base = dist.Normal(jnp.zeros(dim), 1.0).to_event(1)
         else:
-            base = dist.MultivariateStudentT(df, jnp.zeros(dim), jnp.eye(dim))
+            base = dist.MultivariateStudentT(self.df, jnp.zeros(dim), jnp.eye(dim))
         z = numpyro.sample("alpha_base", base, infer={"is_auxiliary": True})
         alpha = mat @ z + loc
-        log_det = log_scale0 + jnp.linalg.slogdet(unit)[1]  # log|det M|
-        numpyro.sample("frequencies", dist.Delta(alpha[:n_theta].reshape(m, d), -log_det,
+        log_det = self.log_scale0 + jnp.linalg.slogdet(unit)[1]  # log|det M|
+        numpyro.sample("frequencies", dist.Delta(alpha[:self.n_theta].reshape(m, d), -log_det,
                                                  event_dim=2))
-        numpyro.sample("nuisance", dist.Delta(alpha[n_theta:], event_dim=1))
+        numpyro.sample("nuisance", dist.Delta(alpha[self.n_theta:], event_dim=1))
 
-    def conditional_and_marginal(params, draw):
+    def conditional_and_marginal(self, params, draw):
         """q(s | θ) = N(b_s + L_sθ L_θθ⁻¹(θ − b_θ), L_ss L_ssᵀ) with M = L Q (LQ factorisation),
         and log q(θ) = log N(θ | b_θ, L_θθ L_θθᵀ) from the same factor (θ − b_θ = L_θθ w): the
         objectives' KL term needs log q(θ, s) − log q(s | θ), which this gives without the
         slogdet (an LU of the D × D matrix M) and the s-solve that difference costs."""
-        mat = scale0[:, None] * params["alpha_matrix"]
-        q, r = jnp.linalg.qr(mat.T)
+        if not self.gaussian_nuisance:
+            return None
+        n_theta = self.n_theta
+        mat = self.scale0[:, None] * params["alpha_matrix"]
+        _, r = jnp.linalg.qr(mat.T)
         low = r.T * jnp.sign(jnp.diagonal(r))[None, :]  # lower triangular, positive diagonal
         loc = params["alpha_loc"]
         w = solve_triangular(low[:n_theta, :n_theta], draw["frequencies"].ravel() - loc[:n_theta],
@@ -117,35 +177,37 @@ def joint_affine_guide(spec: SSGPSpec, psi: str = "normal", df: float = 5.0,
                        - 0.5 * n_theta * math.log(2 * math.pi))
         return loc[n_theta:] + low[n_theta:, :n_theta] @ w, low[n_theta:, n_theta:], log_q_theta
 
-    def nuisance_conditional(params, draw):
-        return conditional_and_marginal(params, draw)[:2]
-
-    nuisance_conditional.__doc__ = conditional_and_marginal.__doc__
-    if psi == "normal":  # under ψ = Student-t, s | θ is not Gaussian: s is drawn
-        guide.nuisance_conditional = nuisance_conditional
-        guide.conditional_and_marginal = conditional_and_marginal
-    return guide
+    def nuisance_conditional(self, params, draw):
+        if not self.gaussian_nuisance:
+            return super().nuisance_conditional(params, draw)
+        return self.conditional_and_marginal(params, draw)[:2]
 
 
-def mean_field_guide(spec: SSGPSpec, init_scale: float = 0.1, **_) -> Callable:
-    """VSSGP guide: q(θ, s) = Π_i N(r_i | μ_i, diag σ_i²) · N(s | μ_s, diag σ_s²) (Hoang et al. 2017, Rem. 2)."""
-    _check_alpha_sites("mean_field", spec)
-    loc0, scale0 = _alpha_init(spec, init_scale)
-    n_theta = spec.m * spec.d
-    shape = (spec.m, spec.d)
+class MeanFieldGuide(Guide):
+    """VSSGP guide: q(θ, s) = Π_i N(r_i | μ_i, diag σ_i²) · N(s | μ_s, diag σ_s²)
+    (Hoang et al. 2017, Remark 2)."""
 
-    def guide(x, y=None, **kwargs):
-        fl = numpyro.param("frequencies_loc", loc0[:n_theta].reshape(shape))
-        fs = numpyro.param("frequencies_scale", scale0[:n_theta].reshape(shape),
+    name = "mean_field"
+    gaussian_nuisance = True
+
+    def __init__(self, spec: SSGPSpec, init_scale: float = 0.1):
+        check_alpha_sites("mean_field", spec)
+        super().__init__(spec)
+        self.loc0, self.scale0 = alpha_init(spec, init_scale)
+        self.n_theta = spec.m * spec.d
+
+    def __call__(self, x, y=None, **kwargs):
+        shape, n_theta = (self.spec.m, self.spec.d), self.n_theta
+        fl = numpyro.param("frequencies_loc", self.loc0[:n_theta].reshape(shape))
+        fs = numpyro.param("frequencies_scale", self.scale0[:n_theta].reshape(shape),
                            constraint=constraints.positive)
         numpyro.sample("frequencies", dist.Normal(fl, fs).to_event(2))
-        nl = numpyro.param("nuisance_loc", loc0[n_theta:])
-        ns = numpyro.param("nuisance_scale", scale0[n_theta:], constraint=constraints.positive)
+        nl = numpyro.param("nuisance_loc", self.loc0[n_theta:])
+        ns = numpyro.param("nuisance_scale", self.scale0[n_theta:], constraint=constraints.positive)
         numpyro.sample("nuisance", dist.Normal(nl, ns).to_event(1))
 
-    guide.nuisance_conditional = lambda params, draw: (params["nuisance_loc"],
-                                                       jnp.diag(params["nuisance_scale"]))
-    return guide
+    def nuisance_conditional(self, params, draw):
+        return params["nuisance_loc"], jnp.diag(params["nuisance_scale"])
 
 
 def sqrt_inverse_gamma(shape, rate):
@@ -154,8 +216,9 @@ def sqrt_inverse_gamma(shape, rate):
                                         dist.transforms.PowerTransform(0.5))
 
 
-def gaussian_lambda_guide(spec: SSGPSpec, init_scale: float = 0.1, **_) -> Callable:
-    """Tan et al. 2016's factorisation q(λ) q(α) q(σ) q(γ) fitted by SVI (the "NCVMP-equivalent" family).
+class GaussianLambdaGuide(Guide):
+    """Tan et al. 2016's factorisation q(λ) q(α) q(σ) q(γ) fitted by SVI (the "NCVMP-equivalent"
+    family).
 
     * q(λ) = N(μ_λ, Σ_λ) with full Σ_λ = LLᵀ, L = √0.5·U (``inverse_lengthscales_loc``,
       ``inverse_lengthscales_scale_unit`` = U, lower triangular), started at §4's μ_λ = 0.5·1,
@@ -166,47 +229,52 @@ def gaussian_lambda_guide(spec: SSGPSpec, init_scale: float = 0.1, **_) -> Calla
       ``signal_rate``, ``noise_shape``, ``noise_rate``). The optimal densities of §3.1 are
       q(σ²) ∝ (σ²)^{−(m − ½) − 1} e^{−C/σ²} / (A² + σ²) (and n/2 − ½ for γ²): an inverse gamma times
       the half-Cauchy factor 1/(A² + σ²), which is flat to within σ²/A² (< 0.2% for σ < 1 with
-      Tan et al. 2016's A = 25). NumPyro has no reparameterised sampler for the exact density; the inverse
-      gamma is reparameterised (implicit gamma gradients), contains the A → ∞ limit of the optimum
-      exactly, and its free shape lets SVI absorb the remaining factor.
-    """
-    want = ("noise", "signal", "inverse_lengthscales", "nuisance")
-    if spec.parameterization != "scaled" or tuple(sorted(spec.latent_sites())) != tuple(sorted(want)):
-        raise SSGPError(
-            "guide 'gaussian_lambda' covers Tan et al. 2016's sites noise, signal, inverse_lengthscales and "
-            f"nuisance of the scaled parameterisation; this model's latent sites are "
-            f"{', '.join(spec.latent_sites())}")
-    m, d = spec.m, spec.d
-    lam_scale0 = math.sqrt(0.5)  # §4: Σ_λ = 0.5 I at the start
-    a_scale0 = init_scale * spec.signal.value / math.sqrt(m)
+      Tan et al. 2016's A = 25). NumPyro has no reparameterised sampler for the exact density; the
+      inverse gamma is reparameterised (implicit gamma gradients), contains the A → ∞ limit of the
+      optimum exactly, and its free shape lets SVI absorb the remaining factor.
 
-    def guide(x, y=None, n_total=None, **kwargs):
+    Each Cholesky factor is σ₀·U with U (``*_scale_unit``) starting at I: Adam's sign-like steps
+    then move U relative to σ₀; with the factor itself as the parameter its off-diagonal entries
+    random-walk to ~15× the diagonal on Auto-MPG within 40 steps.
+    """
+
+    name = "gaussian_lambda"
+    gaussian_nuisance = True
+
+    def __init__(self, spec: SSGPSpec, init_scale: float = 0.1):
+        want = ("noise", "signal", "inverse_lengthscales", "nuisance")
+        if spec.parameterization != "scaled" or sorted(spec.latent_sites()) != sorted(want):
+            raise SSGPError(
+                "guide 'gaussian_lambda' covers Tan et al. 2016's sites noise, signal, "
+                "inverse_lengthscales and nuisance of the scaled parameterisation; this model's "
+                f"latent sites are {', '.join(spec.latent_sites())}")
+        super().__init__(spec)
+        self.lam_scale0 = math.sqrt(0.5)  # §4: Σ_λ = 0.5 I at the start
+        self.a_scale0 = init_scale * spec.signal.value / math.sqrt(spec.m)
+
+    def __call__(self, x, y=None, n_total=None, **kwargs):
+        m, d = self.spec.m, self.spec.d
         n = n_total or x.shape[0]
-        # each Cholesky factor is σ₀·U with U (``*_scale_unit``) starting at I: Adam's sign-like
-        # steps then move U relative to σ₀; with the factor itself as the parameter its
-        # off-diagonal entries random-walk to ~15× the diagonal on Auto-MPG within 40 steps
-        # (condition number 4e18, log q(α) of its own draws −1e21)
         lam_loc = numpyro.param("inverse_lengthscales_loc", jnp.full((d,), 0.5))
         lam_unit = numpyro.param("inverse_lengthscales_scale_unit", jnp.eye(d),
                                  constraint=constraints.lower_cholesky)
         numpyro.sample("inverse_lengthscales",
-                       dist.MultivariateNormal(lam_loc, scale_tril=lam_scale0 * lam_unit))
+                       dist.MultivariateNormal(lam_loc, scale_tril=self.lam_scale0 * lam_unit))
         a_loc = numpyro.param("nuisance_loc", jnp.zeros(2 * m))
         a_unit = numpyro.param("nuisance_scale_unit", jnp.eye(2 * m),
                                constraint=constraints.lower_cholesky)
-        numpyro.sample("nuisance", dist.MultivariateNormal(a_loc, scale_tril=a_scale0 * a_unit))
+        numpyro.sample("nuisance", dist.MultivariateNormal(a_loc, scale_tril=self.a_scale0 * a_unit))
         # shapes start at the optimum's (m − ½, (n − 1)/2), rates put the mode of σ² at init²
-        for site, shape0 in (("signal", m - 0.5), ("noise", (n - 1) / 2)):
-            init = getattr(spec, site).value
+        for site, hyper, shape0 in (("signal", self.spec.signal, m - 0.5),
+                                    ("noise", self.spec.noise, (n - 1) / 2)):
             shape = numpyro.param(f"{site}_shape", jnp.asarray(float(shape0)),
                                   constraint=constraints.greater_than(0.5))
-            rate = numpyro.param(f"{site}_rate", jnp.asarray((shape0 + 1.0) * init**2),
+            rate = numpyro.param(f"{site}_rate", jnp.asarray((shape0 + 1.0) * hyper.value**2),
                                  constraint=constraints.positive)
             numpyro.sample(site, sqrt_inverse_gamma(shape, rate))
 
-    guide.nuisance_conditional = lambda params, draw: (
-        params["nuisance_loc"], a_scale0 * params["nuisance_scale_unit"])
-    return guide
+    def nuisance_conditional(self, params, draw):
+        return params["nuisance_loc"], self.a_scale0 * params["nuisance_scale_unit"]
 
 
 def gaussian_lambda_params(spec: SSGPSpec, state, n: int, init_scale: float = 0.1) -> dict:
@@ -228,21 +296,71 @@ def gaussian_lambda_params(spec: SSGPSpec, state, n: int, init_scale: float = 0.
     }
 
 
-CUSTOM_GUIDES.update(joint_affine=joint_affine_guide, mean_field=mean_field_guide,
-                     gaussian_lambda=gaussian_lambda_guide)
+def initial_components(spec, components: int, init_scale: float, spread: float):
+    """Starting means (K, D) and scales (K, D) of :class:`MixtureGuide`'s components."""
+    loc0, scale0 = alpha_init(spec, init_scale)
+    jitter = np.random.default_rng(0).standard_normal((components, loc0.shape[0]))
+    jitter[0] = 0.0
+    locs0 = loc0 + spread * (scale0 / init_scale) * jnp.asarray(jitter, loc0.dtype)
+    return locs0, jnp.broadcast_to(scale0, locs0.shape)
 
 
-def _mixture(spec, **options):
-    from ssgp_ppl.mixture import mixture_guide
+class MixtureGuide(Guide):
+    """K equal-weight diagonal Gaussians over α = vec(θ, s) (Nguyen & Bonilla 2014; free
+    parameterisation), fitted by its own score-function ELBO (:func:`ssgp_ppl.mixture.avi_elbo`).
 
-    return mixture_guide(spec, **options)
+    Component means start at b₀ = vec(θ₀, 0) plus ``spread`` × the prior std × a fixed N(0, 1)
+    draw (distinct starting points break the symmetry between components); scales at
+    ``init_scale`` × the prior std. Draws for predictions pick k, then α (eq. 36 by Monte Carlo).
+    """
+
+    name = "mixture"
+
+    def __init__(self, spec: SSGPSpec, components: int = 3, init_scale: float = 0.1,
+                 spread: float = 1.0):
+        check_alpha_sites("mixture", spec)
+        if spec.density != "se":
+            raise SSGPError("guide 'mixture' needs the SE spectral density (Gaussian prior on θ)")
+        super().__init__(spec)
+        self.components = components
+        self.locs0, self.scales0 = initial_components(spec, components, init_scale, spread)
+
+    def __call__(self, x, y=None, **kwargs):
+        m, d, kc = self.spec.m, self.spec.d, self.components
+        n_theta = m * d
+        loc = numpyro.param("alpha_loc", self.locs0)
+        scale = numpyro.param("alpha_scale", self.scales0, constraint=constraints.positive)
+        k = numpyro.sample("alpha_component", dist.Categorical(logits=jnp.zeros(kc)),
+                           infer={"is_auxiliary": True})
+        base = dist.Normal(0.0, 1.0).expand([loc.shape[1]]).to_event(1)
+        z = numpyro.sample("alpha_base", base, infer={"is_auxiliary": True})
+        alpha = loc[k] + scale[k] * z
+        log_mix = logsumexp(dist.Normal(loc, scale).log_prob(alpha).sum(-1)) - math.log(kc)
+        # the trace's densities sum to log q(α): log(1/K) + log N(z) + this Delta's log density
+        extra = log_mix + math.log(kc) - base.log_prob(z)
+        numpyro.sample("frequencies", dist.Delta(alpha[:n_theta].reshape(m, d), extra, event_dim=2))
+        numpyro.sample("nuisance", dist.Delta(alpha[n_theta:], event_dim=1))
+
+    def own_objective(self, name: str):
+        if name != "elbo":
+            return None
+        from ssgp_ppl.mixture import avi_elbo
+
+        return avi_elbo
 
 
-CUSTOM_GUIDES["mixture"] = _mixture
+# name -> (class, the [inference.svi] options it takes)
+GUIDES: dict[str, tuple[type, tuple[str, ...]]] = {
+    **{k: (NumPyroAutoGuide, ()) for k in NumPyroAutoGuide.KINDS},
+    "joint_affine": (JointAffineGuide, ("psi", "df", "init_scale")),
+    "mean_field": (MeanFieldGuide, ("init_scale",)),
+    "gaussian_lambda": (GaussianLambdaGuide, ("init_scale",)),
+    "mixture": (MixtureGuide, ("components", "init_scale", "spread")),
+}
 
 
 def known_guides() -> tuple[str, ...]:
-    return tuple(AUTOGUIDES) + tuple(CUSTOM_GUIDES)
+    return tuple(GUIDES)
 
 
 def initial_values(spec: SSGPSpec) -> dict:
@@ -260,15 +378,31 @@ def initial_values(spec: SSGPSpec) -> dict:
     return {k: v for k, v in values.items() if k in spec.latent_sites()}
 
 
-def make_guide(name: str, model: Callable, spec: SSGPSpec, **options) -> Callable:
-    """Build the guide ``name`` for ``model`` (a partial of ``ssgp_model`` with ``spec``);
-    ``options`` (ψ, ν, initial scale) go to the papers' guides."""
-    if name in CUSTOM_GUIDES:
-        return CUSTOM_GUIDES[name](spec, **options)
-    if name not in AUTOGUIDES:
+def make_guide(name: str, model: Callable, spec: SSGPSpec, **options) -> Guide:
+    """The guide ``name`` for ``model`` (a partial of ``ssgp_model`` with ``spec``); ``options``
+    from ``[inference.svi]`` (those the guide does not take are ignored)."""
+    if name not in GUIDES:
         raise SSGPError(f"unknown guide {name!r}; known: {', '.join(known_guides())}")
-    init = init_to_value(values=initial_values(spec))
-    return AUTOGUIDES[name](model, init_loc_fn=init)
+    cls, takes = GUIDES[name]
+    if cls is NumPyroAutoGuide:
+        return NumPyroAutoGuide(spec, model, name)
+    return cls(spec, **{k: v for k, v in options.items() if k in takes})
+
+
+class EmptyGuide(Guide):
+    """Guide of a model with no latent sample sites (type-II maximum likelihood)."""
+
+    name = "none"
+
+    def __call__(self, x, y=None, **kwargs):
+        return None
+
+
+class MAPGuide(NumPyroAutoGuide):
+    """Point estimates of the latent sites (MAP where the entry has priors)."""
+
+    def __init__(self, spec: SSGPSpec, model: Callable):
+        super().__init__(spec, model, "auto_delta")
 
 
 def nuts_init(site=None):

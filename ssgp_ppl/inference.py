@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import jax
@@ -38,10 +39,6 @@ class SVIResult(NamedTuple):
     seconds: float
     first_chunk: tuple[int, float] = (0, 0.0)  # (steps, seconds) of the first chunk, JIT included
     interrupted: bool = False  # stopped by Ctrl-C (SIGINT) after a whole chunk
-
-
-def empty_guide(*args, **kwargs):
-    """Guide of a model with no latent sample sites (type-II maximum likelihood)."""
 
 
 def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_step: int = 1,
@@ -91,82 +88,122 @@ def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_st
     return (lambda key, x, y, aux: (x, y, {})), ()
 
 
-def run_svi(
-    model: Callable,
-    guide: Callable,
-    x,
-    y,
-    *,
-    steps: int,
-    lr: float = 0.01,
-    lr_halflife: float = 0.0,
-    batch_size: int | None = None,
-    partitions=None,
-    per_step: int = 1,
-    chunk: int = 250,
-    seed: int = 0,
-    tol: float = 1e-5,
-    patience: int = 4,
-    min_steps: int = 0,
-    num_particles: int = 1,
-    progress: bool = True,
-    desc: str = "svi",
-    callback: Callable[[int, dict], None] | None = None,
-    init_params: dict | None = None,
-    loss=None,
-    checkpoint: ckpt_io.Checkpoint | None = None,
-    devices: int | None = None,
-) -> SVIResult:
-    """Maximise the ELBO of ``model`` under ``guide`` with Adam; ``steps`` is an upper bound.
+class Schedule(NamedTuple):
+    """How SVI / type-II training steps: at most ``steps`` Adam steps of size ``lr`` (halved every
+    ``lr_halflife`` steps when > 0), ``chunk`` steps per jitted scan, and the convergence stop
+    (``tol``, ``patience`` chunks, never before ``min_steps``; :func:`run_svi`)."""
 
-    The Adam step size is ``lr``, halved every ``lr_halflife`` steps when that is > 0 (decaying
-    steps as stochastic approximation needs, Hoang et al. 2017, §4.1 last paragraph). Each step uses the
-    batch of :func:`batch_sampler` (full data, random rows, or ``per_step`` partitions) and
-    ``num_particles`` draws of the guide (b samples of z in Hoang et al. 2017 (extended version), App. G). ``loss``: an
-    objective (:class:`ssgp_ppl.objectives.Objective`; default NumPyro's Trace_ELBO).
+    steps: int
+    lr: float = 0.01
+    lr_halflife: float = 0.0
+    chunk: int = 250
+    tol: float = 1e-5
+    patience: int = 4
+    min_steps: int = 0
 
-    Convergence: with W = ``patience`` chunks, the run stops when the mean loss of the last W
+
+class Batching(NamedTuple):
+    """Which rows a step sees (:func:`batch_sampler`): all, ``batch_size`` uniform rows, or
+    ``per_step`` of the ``partitions``."""
+
+    batch_size: int | None = None
+    partitions: object | None = None  # ssgp_ppl.partitions.Partitions
+    per_step: int = 1
+
+
+def optimizer(lr: float, lr_halflife: float = 0.0) -> numpyro.optim.ClippedAdam:
+    """The one optimiser of every SVI / type-II fit and of the β selection: Adam with gradient
+    norm clipped at 100, step ``lr`` halved every ``lr_halflife`` steps when that is > 0 (decaying
+    steps as stochastic approximation needs, Hoang et al. 2017, §4.1 last paragraph)."""
+    step_size = lr if not lr_halflife else (lambda t: lr * 0.5 ** (t / lr_halflife))
+    return numpyro.optim.ClippedAdam(step_size=step_size, clip_norm=100.0)
+
+
+class _Convergence:
+    """The stop rule: with W = ``patience`` chunks, converged when the mean loss of the last W
     chunks is lower than that of the W chunks before by less than ``tol`` relative to its size, or
-    by less than two standard errors of that difference (a stochastic ELBO never settles below its
+    by less than two standard errors of that difference (a stochastic loss never settles below its
     own Monte Carlo noise; the noise is estimated from step-to-step differences, which removes the
-    trend and is ~0 for a deterministic loss). A NaN loss stops the run with an error naming the
-    step and the last finite loss. ``init_params`` (constrained values) warm-starts the guide.
-    ``callback(steps_done, params)`` runs on the host after each
-    chunk (e.g. to score test predictions along the way). No early stop before ``min_steps``
-    (ELBOs of this model can sit on a plateau for thousands of steps before dropping again).
+    trend and is ~0 for a deterministic loss)."""
+
+    def __init__(self, schedule: Schedule, means=(), noise_var=()):
+        self.s = schedule
+        self.means, self.noise_var = list(means), list(noise_var)
+
+    def add(self, losses: np.ndarray, done: int) -> bool:
+        self.means.append(float(losses.mean()))
+        n = len(losses)
+        self.noise_var.append(float(np.diff(losses).var() / 2 / n) if n > 2 else 0.0)
+        w = self.s.patience
+        if len(self.means) < 2 * w or done < self.s.min_steps:
+            return False
+        before, after = np.mean(self.means[-2 * w:-w]), np.mean(self.means[-w:])
+        se = np.sqrt(np.sum(self.noise_var[-2 * w:])) / w
+        return bool(before - after <= max(self.s.tol * max(abs(after), 1.0), 2.0 * se))
+
+
+@contextmanager
+def _graceful_sigint(enabled: bool):
+    """Yields a dict whose "requested" turns True on Ctrl-C (SIGINT) when ``enabled`` (main thread,
+    SIGINT not ignored); a second Ctrl-C interrupts at once. The previous handler is restored."""
+    stop = {"requested": False}
+    previous = signal.getsignal(signal.SIGINT)
+    install = (enabled and threading.current_thread() is threading.main_thread()
+               and previous is not signal.SIG_IGN)
+    restore = previous if previous is not None else signal.default_int_handler
+    if install:
+        def on_sigint(signum, frame):  # finish the chunk, save, return what there is
+            stop["requested"] = True
+            signal.signal(signal.SIGINT, restore)
+
+        signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield stop
+    finally:
+        if install:
+            signal.signal(signal.SIGINT, restore)
+
+
+def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=None,
+            batching: Batching | None = None, seed: int = 0, progress: bool = True,
+            desc: str = "svi", callback: Callable[[int, dict], None] | None = None,
+            init_params: dict | None = None, checkpoint: ckpt_io.Checkpoint | None = None,
+            devices: int | None = None) -> SVIResult:
+    """Minimise ``loss`` (default NumPyro's Trace_ELBO; an objective of :mod:`ssgp_ppl.objectives`)
+    of ``model`` under ``guide`` with :func:`optimizer`, ``schedule.steps`` being an upper bound.
+
+    Each step uses the rows of ``batching`` (:func:`batch_sampler`: full data, random rows, or
+    partitions, Hoang et al. 2017, §4.1). A NaN loss stops the run with an error naming the step
+    and the last finite loss. ``init_params`` (constrained values) warm-starts the guide;
+    ``callback(steps_done, params)`` runs on the host after each chunk.
 
     ``checkpoint`` (:class:`ssgp_ppl.checkpoint.Checkpoint`): the state is saved atomically at the
     first chunk boundary past every ``checkpoint.every`` steps and at the end; with ``resume`` the
     run continues from the saved state (same chunks, same key stream: the final parameters equal
-    an uninterrupted run's). With a checkpoint, Ctrl-C (SIGINT) stops after the current chunk
-    (a jitted chunk cannot be cut short), saves, and returns the result so far with
-    ``interrupted=True``; a Ctrl-C after that one has been handled raises KeyboardInterrupt.
+    an uninterrupted run's). With a checkpoint, Ctrl-C stops after the current chunk, saves, and
+    returns the result so far with ``interrupted=True``.
 
     ``devices``: how many JAX devices share each step's rows (:mod:`ssgp_ppl.sharding`). Default:
-    all of ``jax.devices()`` under :mod:`jax.distributed` (every process runs this with the same
-    arguments, the mesh spans all processes' devices, process 0 writes the checkpoint) and on
+    all of ``jax.devices()`` under :mod:`jax.distributed` (process 0 writes the checkpoint) and on
     accelerators when steps draw partitions or a minibatch; 1 on a single CPU process, whose host
-    "devices" (``--xla_force_host_platform_device_count``, set by the CLI for NUTS chains) share the
-    same cores: splitting svbssgp's 1000-row step over 2 or 4 of them on 2 cores took 2.26 and
-    3.20 ms against 1.69 ms on one (``benchmarks/performance.py devices``).
+    "devices" share the same cores (``benchmarks/performance.py devices``).
     """
+    steps, chunk = schedule.steps, schedule.chunk
     if steps < 1:
         raise SSGPError(f"steps must be >= 1, got {steps}")
-    rows_drawn = partitions is not None or (batch_size is not None and batch_size < np.shape(x)[0])
+    bs, partitions, per_step = batching or Batching()
+    rows_drawn = partitions is not None or (bs is not None and bs < np.shape(x)[0])
     if devices is None:
         several = jax.process_count() > 1 or (rows_drawn and jax.default_backend() != "cpu")
         devices = len(jax.devices()) if several else 1
     mesh = sharding.row_mesh(devices)
-    x = jnp.asarray(x)
-    y = jnp.asarray(y)
-    draw, aux = batch_sampler(x.shape[0], batch_size, partitions, per_step, mesh)
-    step_size = lr if not lr_halflife else (lambda t: lr * 0.5 ** (t / lr_halflife))
-    svi = SVI(model, guide, numpyro.optim.ClippedAdam(step_size=step_size, clip_norm=100.0),
-              Trace_ELBO(num_particles=num_particles) if loss is None else loss)
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step, mesh)
+    svi = SVI(model, guide, optimizer(schedule.lr, schedule.lr_halflife),
+              Trace_ELBO() if loss is None else loss)
     key_init, key_batch = jax.random.split(jax.random.PRNGKey(seed))
     # svi.init on this process's arrays (no mesh: under jax.distributed the mesh spans processes)
-    draw0, aux0 = (draw, aux) if mesh is None else batch_sampler(x.shape[0], batch_size, partitions,
-                                                                 per_step)
+    draw0, aux0 = (draw, aux) if mesh is None else batch_sampler(x.shape[0], bs, partitions, per_step)
     xb, yb, kw = draw0(key_batch, x, y, aux0)
     state = svi.init(key_init, xb, yb, init_params=init_params, **kw)
 
@@ -185,12 +222,8 @@ def run_svi(
     run_chunk = jax.jit(run_chunk, static_argnums=5,
                         out_shardings=None if mesh is None else sharding.replicated(mesh))
     losses: list[np.ndarray] = []
-    means: list[float] = []
-    noise_var: list[float] = []
-    converged = False
-    done = 0
-    first_chunk = (0, 0.0)
-    seconds_before = 0.0
+    conv = _Convergence(schedule)
+    converged, done, first_chunk, seconds_before = False, 0, (0, 0.0), 0.0
     if checkpoint is not None and checkpoint.resume:
         saved = ckpt_io.load(checkpoint)
         leaves, treedef = jax.tree.flatten(state)
@@ -199,7 +232,7 @@ def run_svi(
         key_batch = jnp.asarray(saved.key)
         done, converged, first_chunk = saved.done, saved.converged, saved.first_chunk
         losses = [saved.losses] if saved.losses.size else []
-        means, noise_var = list(saved.means), list(saved.noise_var)
+        conv = _Convergence(schedule, saved.means, saved.noise_var)
         seconds_before = saved.seconds
     if jax.process_count() > 1 and len(set(steps_resumed := sharding.gather_scalar(done))) > 1:
         raise SSGPError(f"the processes resumed from different steps {steps_resumed}: "
@@ -207,72 +240,47 @@ def run_svi(
     last_saved = done
     # data, state and key on every device of the mesh (global arrays across processes)
     state, key_batch, x, y, aux = sharding.replicate((state, key_batch, x, y, aux), mesh)
-    writer = jax.process_index() == 0
     start = time.perf_counter()
 
     def save():
-        if not writer:
-            return
-        ckpt_io.save(checkpoint, sharding.host(jax.tree.leaves(state)), sharding.host(key_batch), done,
-                     np.concatenate(losses) if losses else np.zeros(0), means, noise_var,
-                     converged, seconds_before + time.perf_counter() - start, first_chunk)
+        if jax.process_index() == 0:
+            ckpt_io.save(checkpoint, sharding.host(jax.tree.leaves(state)), sharding.host(key_batch),
+                         done, np.concatenate(losses) if losses else np.zeros(0), conv.means,
+                         conv.noise_var, converged, seconds_before + time.perf_counter() - start,
+                         first_chunk)
 
     # Ctrl-C is caught only where it can be resumed from (a checkpoint); elsewhere (compare, the
     # type-II fit before NUTS, notebooks) KeyboardInterrupt stops the caller as usual
-    stop = {"requested": False}
-    previous = signal.getsignal(signal.SIGINT)
-    install = (checkpoint is not None and threading.current_thread() is threading.main_thread()
-               and previous is not signal.SIG_IGN)
-    restore = previous if previous is not None else signal.default_int_handler
-    if install:
-        def on_sigint(signum, frame):  # finish the chunk, save, return what there is
-            stop["requested"] = True
-            signal.signal(signal.SIGINT, restore)  # a Ctrl-C after this one interrupts at once
-
-        signal.signal(signal.SIGINT, on_sigint)
-    try:
-        with tqdm(total=steps, initial=min(done, steps), desc=desc, disable=not progress,
-                  leave=False, mininterval=0.5) as bar:
-            halt = False  # decided after each chunk, by all processes together
-            while done < steps and not converged and not halt:
-                length = min(chunk, steps - done)
-                t_chunk = time.perf_counter()
-                state, key_batch, chunk_losses = run_chunk(state, key_batch, x, y, aux, length)
-                chunk_losses = sharding.host(chunk_losses)
-                if done == 0:
-                    first_chunk = (length, time.perf_counter() - t_chunk)
-                if not np.all(np.isfinite(chunk_losses)):
-                    bad = int(np.argmin(np.isfinite(chunk_losses)))
-                    finite = np.concatenate(losses + [chunk_losses[:bad]])
-                    last = f"{finite[-1]:.6g}" if finite.size else "none"
-                    raise SSGPError(
-                        f"loss became NaN/inf at step {done + bad + 1}; last finite loss {last} "
-                        "(try a smaller learning rate or --x64)"
-                    )
-                losses.append(chunk_losses)
-                done += length
-                means.append(float(chunk_losses.mean()))
-                diffs = np.diff(chunk_losses)
-                noise_var.append(float(diffs.var() / 2 / length) if length > 2 else 0.0)  # var of mean
-                bar.update(length)
-                bar.set_postfix(loss=f"{means[-1]:.4g}", refresh=False)
-                if callback is not None:
-                    callback(done, sharding.host(svi.get_params(state)))
-                if len(means) >= 2 * patience and done >= min_steps:
-                    before = np.mean(means[-2 * patience:-patience])
-                    after = np.mean(means[-patience:])
-                    se = np.sqrt(np.sum(noise_var[-2 * patience:])) / patience
-                    if before - after <= max(tol * max(abs(after), 1.0), 2.0 * se):
-                        converged = True
-                halt = stop["requested"]
-                if jax.process_count() > 1:  # one process's Ctrl-C stops them all, at this chunk
-                    halt = bool(max(sharding.gather_scalar(int(halt))))
-                if checkpoint is not None and done - last_saved >= checkpoint.every:
-                    save()
-                    last_saved = done
-    finally:
-        if install:
-            signal.signal(signal.SIGINT, restore)
+    halt = False  # decided after each chunk, by all processes together
+    with (_graceful_sigint(checkpoint is not None) as stop,
+          tqdm(total=steps, initial=min(done, steps), desc=desc, disable=not progress, leave=False,
+               mininterval=0.5) as bar):
+        while done < steps and not converged and not halt:
+            length = min(chunk, steps - done)
+            t_chunk = time.perf_counter()
+            state, key_batch, chunk_losses = run_chunk(state, key_batch, x, y, aux, length)
+            chunk_losses = sharding.host(chunk_losses)
+            if done == 0:
+                first_chunk = (length, time.perf_counter() - t_chunk)
+            if not np.all(np.isfinite(chunk_losses)):
+                bad = int(np.argmin(np.isfinite(chunk_losses)))
+                finite = np.concatenate(losses + [chunk_losses[:bad]])
+                last = f"{finite[-1]:.6g}" if finite.size else "none"
+                raise SSGPError(f"loss became NaN/inf at step {done + bad + 1}; last finite loss "
+                                f"{last} (try a smaller learning rate or --x64)")
+            losses.append(chunk_losses)
+            done += length
+            converged = conv.add(chunk_losses, done)
+            bar.update(length)
+            bar.set_postfix(loss=f"{conv.means[-1]:.4g}", refresh=False)
+            if callback is not None:
+                callback(done, sharding.host(svi.get_params(state)))
+            halt = stop["requested"]
+            if jax.process_count() > 1:  # one process's Ctrl-C stops them all, at this chunk
+                halt = bool(max(sharding.gather_scalar(int(halt))))
+            if checkpoint is not None and done - last_saved >= checkpoint.every:
+                save()
+                last_saved = done
     if checkpoint is not None:
         save()
     seconds = seconds_before + time.perf_counter() - start

@@ -1,9 +1,9 @@
-"""Mixture-of-Gaussians posteriors for α = vec(θ, s) (Nguyen & Bonilla 2014, Nguyen & Bonilla 2014).
+"""Mixture-of-Gaussians posteriors for α = vec(θ, s) (Nguyen & Bonilla 2014).
 
 q(α) = (1/K) Σ_k N(α | m_k, diag S_k): K diagonal components with equal weights
-(``alpha_loc`` (K, D), ``alpha_scale`` (K, D) = √S_k). :func:`mixture_guide` is the NumPyro guide
-(draws for predictions: pick k, then α; the predictive is Nguyen & Bonilla 2014, eq. 36 by Monte Carlo, its
-moments eqs. 37-38 = :func:`ssgp_ppl.metrics.mixture_moments`). :func:`avi_elbo` is the negative
+(``alpha_loc`` (K, D), ``alpha_scale`` (K, D) = √S_k). :class:`ssgp_ppl.guides.MixtureGuide` is
+the NumPyro guide (draws for predictions: pick k, then α; the predictive is Nguyen & Bonilla
+2014, eq. 36 by Monte Carlo, its moments eqs. 37-38 = :func:`ssgp_ppl.metrics.mixture_moments`). :func:`avi_elbo` is the negative
 ELBO the catalog's ``objective = "elbo"`` uses with this guide:
 
 * expected log-likelihood: score-function gradients for the frequencies θ (Nguyen & Bonilla 2014, supp. eqs.
@@ -23,62 +23,11 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import logsumexp
 from numpyro import handlers
-from numpyro.distributions import constraints
 
 from ssgp_ppl import spectral
-from ssgp_ppl.errors import SSGPError
-
-
-def initial_components(spec, components: int, init_scale: float, spread: float):
-    """Starting means (K, D) and scales (K, D) of :func:`mixture_guide`'s components."""
-    from ssgp_ppl.guides import _alpha_init
-
-    loc0, scale0 = _alpha_init(spec, init_scale)
-    jitter = np.random.default_rng(0).standard_normal((components, loc0.shape[0]))
-    jitter[0] = 0.0
-    locs0 = loc0 + spread * (scale0 / init_scale) * jnp.asarray(jitter, loc0.dtype)
-    return locs0, jnp.broadcast_to(scale0, locs0.shape)
-
-
-def mixture_guide(spec, components: int = 3, init_scale: float = 0.1, spread: float = 1.0,
-                  **_):
-    """K equal-weight diagonal Gaussians over α = vec(θ, s) (Nguyen & Bonilla 2014; free parameterisation).
-
-    Component means start at b₀ = vec(θ₀, 0) plus ``spread`` × the prior std × a fixed N(0, 1)
-    draw (distinct starting points break the symmetry between components); scales at
-    ``init_scale`` × the prior std.
-    """
-    from ssgp_ppl.guides import _check_alpha_sites
-
-    _check_alpha_sites("mixture", spec)
-    if spec.density != "se":
-        raise SSGPError("guide 'mixture' needs the SE spectral density (Gaussian prior on θ)")
-    m, d = spec.m, spec.d
-    n_theta = m * d
-    locs0, scales0 = initial_components(spec, components, init_scale, spread)
-
-    def guide(x, y=None, **kwargs):
-        loc = numpyro.param("alpha_loc", locs0)
-        scale = numpyro.param("alpha_scale", scales0, constraint=constraints.positive)
-        k = numpyro.sample("alpha_component", dist.Categorical(logits=jnp.zeros(components)),
-                           infer={"is_auxiliary": True})
-        base = dist.Normal(0.0, 1.0).expand([loc.shape[1]]).to_event(1)
-        z = numpyro.sample("alpha_base", base, infer={"is_auxiliary": True})
-        alpha = loc[k] + scale[k] * z
-        log_mix = logsumexp(dist.Normal(loc, scale).log_prob(alpha).sum(-1)) - math.log(components)
-        # the trace's densities sum to log q(α): log(1/K) + log N(z) + this Delta's log density
-        extra = log_mix + math.log(components) - base.log_prob(z)
-        numpyro.sample("frequencies", dist.Delta(alpha[:n_theta].reshape(m, d), extra, event_dim=2))
-        numpyro.sample("nuisance", dist.Delta(alpha[n_theta:], event_dim=1))
-
-    guide.components = components
-    guide.elbo = avi_elbo  # the catalog's objective = "elbo" with this guide
-    return guide
 
 
 def entropy_bound(loc, scale) -> jax.Array:
@@ -122,16 +71,16 @@ def avi_elbo(rng_key, params, model, guide, x, y=None, *, samples: int = 8, **mo
     Rao-Blackwellised score-function estimate for the θ-parameters and exact (given the θ draws)
     for the s-parameters and the hyperparameters.
     """
-    from ssgp_ppl.objectives import _data_weights, _spec_of
+    from ssgp_ppl.objectives import data_weights
 
-    spec = _spec_of(model)
+    spec = guide.spec
     lik = spec.lik
     loc, scale = params["alpha_loc"], params["alpha_scale"]  # (K, D)
     kc, dim = loc.shape
     m, d = spec.m, x.shape[1]
     n_theta = m * d
     noise, signal, ell = _hyper_values(model, params, x, model_kwargs, spec)
-    w = _data_weights(x.shape[0], model_kwargs, x.dtype)
+    w = data_weights(x.shape[0], model_kwargs, x.dtype)
 
     eps = jax.random.normal(rng_key, (kc, samples, n_theta), x.dtype)
     theta = jax.lax.stop_gradient(loc[:, None, :n_theta] + scale[:, None, :n_theta] * eps)

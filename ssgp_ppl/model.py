@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from jax.scipy.linalg import solve_triangular
 from numpyro.distributions import constraints
 
 from ssgp_ppl import spectral
@@ -66,7 +63,7 @@ class Hyper(NamedTuple):
 
 @dataclass(frozen=True, eq=False)
 class SSGPSpec:
-    """Everything the model needs besides data; built by :mod:`ssgp_ppl.catalog` from a TOML entry.
+    """Everything the model needs besides data; built by :mod:`ssgp_ppl.entry` from a TOML entry.
 
     ``spectral_points`` (m, d) are the fixed standard draws used by the scaled parameterisation and
     as the initial frequencies of the free one (r = s / 2πℓ).
@@ -240,158 +237,3 @@ def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mas
         numpyro.handlers.mask(mask=True if obs_mask is None else obs_mask),
     ):
         numpyro.sample("y", lik.distribution(f, noise), obs=y)
-
-
-# --------------------------------------------------------------------------- predictive rules
-
-
-def marginal_predictive(x_train, y_train, x_test, frequencies, signal, noise):
-    """Exact SSGP predictive of f* given θ with s integrated on all training data (LG 2010 eq. 7).
-
-    mean = φ*ᵀA⁻¹Φᵀy, var = σ_n² φ*ᵀA⁻¹φ*, A = ΦᵀΦ + (mσ_n²/σ_s²) I. Returns (mean, var) of f*.
-    """
-    phi = spectral.features(x_train, frequencies)
-    phi_star = spectral.features(x_test, frequencies)
-    two_m = phi.shape[1]
-    a = phi.T @ phi + (two_m // 2) * noise**2 / signal**2 * jnp.eye(two_m, dtype=phi.dtype)
-    chol = cholesky(a)  # jitter escalation (ssgp_ppl.linalg)
-    w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ y_train)
-    v = solve_triangular(chol, phi_star.T, lower=True)  # (2m, n*)
-    return phi_star @ w, noise**2 * jnp.sum(v**2, axis=0)
-
-
-def degenerate_predictive(x_test, frequencies, nuisance, nuisance_tril=None):
-    """γ = 1 test conditional f* = φ_θ(x*)ᵀ s (Hoang et al. 2017, Prop. 1 with γ = 1; VSSGP).
-
-    With ``nuisance_tril`` L, ``nuisance`` is the mean of a Gaussian q(s | θ) = N(μ, LLᵀ) and s is
-    integrated out: f* | θ ~ N(φ*ᵀμ, ‖Lᵀφ*‖²) (the same predictive, Rao-Blackwellised over s).
-    """
-    phi = spectral.features(x_test, frequencies)
-    mean = phi @ nuisance
-    if nuisance_tril is None:
-        return mean, jnp.zeros_like(mean)
-    return mean, jnp.sum((phi @ nuisance_tril) ** 2, axis=-1)
-
-
-def local_conditional(x_test, test_block, x_train, y_train, blocks, mask, frequencies, nuisance,
-                      signal, noise, gamma: float, *, block_batch: int = 32, test_batch: int = 1024):
-    """γ-family test conditional with the test point's local data (Hoang et al. 2017, Prop. 1), one draw α.
-
-    For x* in partition k: μ = γ φ*ᵀs + (1−γ) φ*ᵀΓ_k⁻¹Φ_kᵀy_k, σ² = (1−γ²) σ_n² φ*ᵀΓ_k⁻¹φ*,
-    Γ_k = Φ_kᵀΦ_k + σ_n²Λ⁻¹ = Φ_kᵀΦ_k + (mσ_n²/σ_s²) I (Φ_k the (n_k, 2m) design matrix).
-    γ = 1 is VSSGP's degenerate conditional; γ = 0 is SSGP's predictive on the local data.
-
-    test_block: (n*,) index into ``blocks``/``mask`` ((u, size) padded rows of the partitions
-    that hold test points). Memory is bounded by ``block_batch`` blocks and ``test_batch`` test
-    points at a time.
-    """
-    if nuisance is None and gamma != 0.0:
-        raise SSGPError("the local conditional with gamma != 0 needs the nuisance draw s")
-    two_m = 2 * frequencies.shape[0]
-    ratio = (two_m // 2) * noise**2 / signal**2
-
-    def block(args):
-        idx, msk = args
-        phi = spectral.features(x_train[idx], frequencies) * msk[:, None]
-        a = phi.T @ phi + ratio * jnp.eye(two_m, dtype=phi.dtype)
-        chol = cholesky(a)  # jitter escalation (ssgp_ppl.linalg)
-        w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ (y_train[idx] * msk))
-        return chol, w
-
-    chols, ws = jax.lax.map(block, (blocks, mask), batch_size=block_batch)
-
-    def point(args):
-        x, k = args
-        phi = spectral.features(x[None], frequencies)[0]
-        v = solve_triangular(chols[k], phi, lower=True)
-        mean = (1.0 - gamma) * phi @ ws[k]
-        if nuisance is not None:
-            mean = mean + gamma * phi @ nuisance
-        return mean, (1.0 - gamma**2) * noise**2 * v @ v
-
-    return jax.lax.map(point, (x_test, test_block), batch_size=test_batch)
-
-
-RULES = ("marginal", "degenerate", "local")
-
-
-class LocalData(NamedTuple):
-    """What the ``local`` rule needs besides the draws: the padded blocks holding test points,
-    each test point's index into them, and γ."""
-
-    blocks: jax.Array  # (u, size) int32
-    mask: jax.Array  # (u, size) bool
-    test_block: jax.Array  # (n*,) int32 in [0, u)
-    gamma: float
-
-
-def local_data(partitions, x_test, gamma: float) -> LocalData:
-    """Assign test inputs to their nearest partition and keep only the blocks they use."""
-    if not -1.0 <= gamma <= 1.0:
-        raise SSGPError(f"gamma must be in [-1, 1], got {gamma}")
-    assign = partitions.assign(x_test)
-    used, test_block = np.unique(assign, return_inverse=True)
-    return LocalData(jnp.asarray(partitions.blocks[used]), jnp.asarray(partitions.mask[used]),
-                     jnp.asarray(test_block.astype(np.int32)), float(gamma))
-
-
-@partial(jax.jit, static_argnames=("gamma",))
-def _local_draws(sites, x_train, y_train, x_test, blocks, mask, test_block, *, gamma):
-    """local_conditional for each draw in turn (lax.map bounds memory to one draw at a time)."""
-
-    def one(site):
-        return local_conditional(x_test, test_block, x_train, y_train, blocks, mask,
-                                 site["frequencies"], site.get("nuisance"), site["signal"],
-                                 site["noise"], gamma)
-
-    return jax.lax.map(one, sites)
-
-
-DRAW_BATCH = 8  # draws evaluated at once: memory (draws × n × 2m) stays bounded at any S
-
-
-@jax.jit
-def _marginal_draws(sites, x_train, y_train, x_test):
-    return jax.lax.map(lambda st: marginal_predictive(x_train, y_train, x_test, st["frequencies"],
-                                                      st["signal"], st["noise"]),
-                       sites, batch_size=DRAW_BATCH)
-
-
-@jax.jit
-def _degenerate_draws(sites, x_test):
-    return jax.lax.map(lambda st: degenerate_predictive(x_test, st["frequencies"], st["nuisance"],
-                                                        st.get("nuisance_tril")),
-                       sites, batch_size=DRAW_BATCH)
-
-
-def check_test_inputs(x_train, x_test) -> None:
-    """Test inputs must have the training inputs' columns (one clear error, not a shape error)."""
-    if x_train is None:  # rules that do not read the training data
-        return
-    d, d_star = np.shape(x_train)[-1], np.shape(x_test)[-1]
-    if np.ndim(x_test) != 2 or d_star != d:
-        raise SSGPError(f"test inputs have {d_star if np.ndim(x_test) == 2 else np.shape(x_test)} "
-                        f"columns but the model was built for {d} (the training inputs')")
-
-
-def predict_draws(rule: str, sites: dict, x_train, y_train, x_test, local: LocalData | None = None):
-    """Per-draw predictive (mean_f, var_f) (S, n*) under ``rule`` from site values (S, ...)."""
-    check_test_inputs(x_train, x_test)
-    if rule == "local":
-        if local is None:
-            raise SSGPError("the local rule needs partitions (LocalData)")
-        if local.gamma != 0.0 and "nuisance" not in sites:
-            raise SSGPError("the local rule with gamma != 0 needs sampled nuisance variables s")
-
-        keep = {k: sites[k] for k in ("frequencies", "nuisance", "signal", "noise") if k in sites}
-        return _local_draws(keep, x_train, y_train, x_test, local.blocks, local.mask,
-                            local.test_block, gamma=local.gamma)
-    if rule == "marginal":
-        keep = {k: sites[k] for k in ("frequencies", "signal", "noise")}
-        return _marginal_draws(keep, x_train, y_train, x_test)
-    if rule == "degenerate":
-        if "nuisance" not in sites:
-            raise SSGPError("the degenerate predictive needs sampled nuisance variables s")
-        keep = ("frequencies", "nuisance", "nuisance_tril")
-        return _degenerate_draws({k: sites[k] for k in keep if k in sites}, x_test)
-    raise SSGPError(f"unknown predictive rule {rule!r}; known: {', '.join(RULES)}")

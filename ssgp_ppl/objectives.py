@@ -14,10 +14,10 @@ so that ``numpyro.infer.SVI`` (and :func:`ssgp_ppl.inference.run_svi`) can use i
   Rao-Blackwellised gradients and the entropy bound of Nguyen & Bonilla 2014 (§3-5), see :func:`avi_elbo`.
 
 **Inner expectations.** fᵢ = φ_θ(xᵢ)ᵀs is linear in the nuisance s. Where the guide's q(s | rest)
-is Gaussian and known in closed form (guides with a ``nuisance_conditional`` attribute: joint
-affine with ψ = normal, mean field, Gaussian λ), each draw of the other latents (θ or λ, the
-scales) gives q(fᵢ | rest) = N(μᵢ, vᵢ) exactly, and the expectation over s is done exactly: the
-Gaussian ELBO term, log N(yᵢ | μᵢ, vᵢ + σ²) for log-loss DLM, and the KL of s in closed form.
+is Gaussian and known in closed form (guides whose ``gaussian_nuisance`` is True: joint
+affine with ψ = normal, mean field, Gaussian λ; :class:`ssgp_ppl.guides.Guide`), each draw of
+the other latents (θ or λ, the scales) gives q(fᵢ | rest) = N(μᵢ, vᵢ) exactly, and the
+expectation over s is done exactly: the Gaussian ELBO term, log N(yᵢ | μᵢ, vᵢ + σ²) for log-loss DLM, and the KL of s in closed form.
 Otherwise s is drawn too (vᵢ = 0). The remaining expectation over θ is Monte Carlo with
 ``particles`` draws (for log-loss DLM: −log of the average over particles, biased like bMC).
 
@@ -63,13 +63,6 @@ class Particle(NamedTuple):
     kl: jax.Array  # () one-draw estimate of KL(q ‖ p), exact in s where q(s | rest) is known
 
 
-def _spec_of(model):
-    spec = getattr(model, "keywords", {}).get("spec")
-    if spec is None:
-        raise SSGPError("the objectives need the catalog's model, partial(ssgp_model, spec=...)")
-    return spec
-
-
 def _sum_log_prob(site) -> jax.Array:
     lp = jnp.sum(site["fn"].log_prob(site["value"]))
     return lp if site.get("scale") is None else site["scale"] * lp
@@ -85,7 +78,7 @@ def gaussian_kl(loc, scale_tril, prior_sd) -> jax.Array:
 
 def particle(key, params, model, guide, x, model_kwargs: dict) -> Particle:
     """Draw the guide once (reparameterised) and reduce the draw to :class:`Particle`."""
-    spec = _spec_of(model)
+    spec = guide.spec
     if spec.nuisance != "sampled":
         raise SSGPError("objectives other than the Gaussian ELBO need model.nuisance = 'sampled'")
     gtr = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), key)).get_trace(
@@ -103,14 +96,13 @@ def particle(key, params, model, guide, x, model_kwargs: dict) -> Particle:
     scale = mtr["noise"]["value"] if "noise" in mtr else jnp.ones((), freq.dtype)
     phi = spectral.features(x, freq)  # (b, 2m)
     s = draw["nuisance"]
-    cond = getattr(guide, "nuisance_conditional", None)
-    if cond is None:
+    if not guide.gaussian_nuisance:
         return Particle(phi @ s, jnp.zeros(x.shape[0], phi.dtype), scale, log_q - log_p)
-    both = getattr(guide, "conditional_and_marginal", None)  # log q(rest) without log q(θ, s)
+    both = guide.conditional_and_marginal(params, draw)  # log q(rest) without log q(θ, s)
     if both is not None:
-        loc, tril, log_q_rest = both(params, draw)
+        loc, tril, log_q_rest = both
     else:
-        loc, tril = cond(params, draw)
+        loc, tril = guide.nuisance_conditional(params, draw)
         log_q_rest = log_q - dist.MultivariateNormal(loc, scale_tril=tril).log_prob(s)
     prior_sd = signal / math.sqrt(spec.m)
     log_p_rest = log_p - jnp.sum(dist.Normal(0.0, prior_sd).log_prob(s))
@@ -124,7 +116,7 @@ def particles_of(key, params, model, guide, x, model_kwargs: dict, count: int) -
     return jax.vmap(lambda k: particle(k, params, model, guide, x, model_kwargs))(keys)
 
 
-def _data_weights(b: int, model_kwargs: dict, dtype):
+def data_weights(b: int, model_kwargs: dict, dtype):
     """Per-row weight of the data term: the minibatch scale times the mask (as the model's)."""
     n_total, mask, obs_scale = (model_kwargs.get(k) for k in ("n_total", "obs_mask", "obs_scale"))
     scale = obs_scale if obs_scale is not None else (1.0 if n_total is None else n_total / b)
@@ -228,13 +220,13 @@ def log_expected(key, lik: Likelihood, y, mu, var, scale, gradient: str, samples
 
 def _loss(kind: str, rng_key, params, model, guide, x, y, *, beta: float, particles: int,
           gradient: str, samples: int, **model_kwargs):
-    spec = _spec_of(model)
+    spec = guide.spec
     lik = spec.lik
     key_p, key_e = jax.random.split(rng_key)
     p = particles_of(key_p, params, model, guide, x, model_kwargs, particles)
-    w = _data_weights(x.shape[0], model_kwargs, p.mu.dtype)
+    w = data_weights(x.shape[0], model_kwargs, p.mu.dtype)
     scale = p.scale[:, None]
-    drawn = not hasattr(guide, "nuisance_conditional")  # var = 0: f itself was drawn
+    drawn = not guide.gaussian_nuisance  # var = 0: f itself was drawn
     if kind == "elbo":
         per_row = -jnp.mean(lik.log_prob(y, p.mu, scale) if drawn
                             else lik.expected_log_prob(y, p.mu, p.var, scale), axis=0)
@@ -297,12 +289,15 @@ class Objective:
 
 def make_objective(name: str, *, beta: float | None = 1.0, particles: int = 1,
                    gradient: str = "exact", samples: int = 10, guide=None) -> Objective | None:
-    """The catalog's ``objective`` as a loss for SVI. ``elbo`` is the guide's own estimator where
-    it has one (``guide.elbo``: the mixture's Nguyen & Bonilla 2014 estimator), else None, i.e. NumPyro's
-    Trace_ELBO. ``beta=None`` leaves β unbound, to be passed with each update (β selection)."""
+    """The catalog's ``objective`` as a loss for SVI: the guide's own estimator where it has one
+    (:meth:`~ssgp_ppl.guides.Guide.own_objective`: the mixture's Nguyen & Bonilla 2014 ELBO), else
+    None for ``elbo`` (NumPyro's Trace_ELBO) or this module's function. ``beta=None`` leaves β
+    unbound, to be passed with each update (β selection)."""
+    own = None if guide is None else guide.own_objective(name)
+    if own is not None:
+        return Objective(own, samples=max(samples, 2))
     if name == "elbo":
-        own = getattr(guide, "elbo", None)
-        return None if own is None else Objective(own, samples=max(samples, 2))
+        return None
     fns = {"beta_elbo": beta_elbo, "dlm_log": dlm_log, "dlm_square": dlm_square}
     if name not in fns:
         raise SSGPError(f"unknown objective {name!r}; known: {', '.join(OBJECTIVES)}")

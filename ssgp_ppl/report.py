@@ -19,15 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ssgp_ppl import invariants
+from ssgp_ppl import invariants, methods
 from ssgp_ppl.calibration import loo_summary, nuts_health
-from ssgp_ppl.catalog import CatalogEntry
 from ssgp_ppl.datasets import Dataset
+from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.fit import FitResult, fit, metrics_record
 from ssgp_ppl.io import write_datatree, write_json, write_text_atomic
 from ssgp_ppl.metrics import DEFAULT_LEVELS as LEVELS
 from ssgp_ppl.metrics import coverage_curve
+from ssgp_ppl.pipeline import fit, metrics_record
+from ssgp_ppl.posterior import Handoff, Posterior
 
 # settings of a quick run (notebooks and tests at SSGP_PPL_SMALL=1): every method still runs
 SMALL_SETTINGS = ("svi.steps=400", "svi.min_steps=0", "ml.steps=300", "nuts.warmup=100",
@@ -51,10 +52,11 @@ def methods_to_run(entry: CatalogEntry, n_train: int = 0) -> list[str]:
     """The entry's methods, plus NUTS when the model has latent sites (on a model with type-II
     hyperparameters NUTS conditions on the entry's own estimates: an empirical-Bayes reference)
     and the training split has at most NUTS_MAX_ROWS rows."""
-    methods = list(entry.methods)
-    if "nuts" not in methods and entry.latent_sites and n_train <= NUTS_MAX_ROWS:
-        methods.append("nuts")
-    return methods
+    names = list(entry.methods)
+    ref = methods.reference()
+    if ref.name not in names and entry.latent_sites and n_train <= NUTS_MAX_ROWS:
+        names.append(ref.name)
+    return names
 
 
 def _png(fig) -> str:
@@ -74,12 +76,12 @@ def _reference_label(records: list[dict]) -> str:
     return "nuts" if d["converged"] else f"nuts (NOT CONVERGED, {d['modes']} modes)"
 
 
-def _label(r: FitResult, ref_label: str) -> str:
-    return ref_label if r.method == "nuts" and ref_label else r.method
+def _label(r: Posterior, ref_label: str) -> str:
+    return ref_label if methods.get(r.method).reference and ref_label else r.method
 
 
-def _plots(results: list[FitResult], records: list[dict], data: Dataset,
-           ref_label: str) -> list[tuple[str, str]]:
+def _plots(results: list[Posterior], records: list[dict], data: Dataset,
+           ref_label: str, loo_pit: dict) -> list[tuple[str, str]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,8 +117,7 @@ def _plots(results: list[FitResult], records: list[dict], data: Dataset,
                  "arviz_plots.plot_ecdf_pit, simultaneous 99% band)",
                  _pit_plot({_label(r, ref_label): np.asarray(
                      r.datatree["predictions_constant_data"]["pit"]) for r in results})))
-    loo_pits = {_label(r, ref_label): r.info["loo_pit"] for r in results
-                if r.info.get("loo_pit") is not None}
+    loo_pits = {_label(r, ref_label): loo_pit[r.method] for r in results if r.method in loo_pit}
     if loo_pits:
         figs.append(("LOO-PIT Δ-ECDF on the training rows (PSIS; VI draws importance-corrected)",
                      _pit_plot(loo_pits)))
@@ -149,7 +150,7 @@ def _pit_plot(pits: dict[str, np.ndarray]) -> str:
     return _png(plt.gcf())
 
 
-def _marginals_plot(results: list[FitResult], ref_label: str) -> str | None:
+def _marginals_plot(results: list[Posterior], ref_label: str) -> str | None:
     """Histograms of each method's draws of the scalar invariants and a few f* components."""
     import matplotlib.pyplot as plt
 
@@ -198,7 +199,7 @@ def _table(rows: list[dict], cols: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _nuts_record(res: FitResult) -> dict:
+def _nuts_record(res: Posterior) -> dict:
     """NUTS health (:func:`~ssgp_ppl.calibration.nuts_health`) plus the modes the chains visited."""
     dt = res.datatree
     health = nuts_health(dt)
@@ -221,36 +222,35 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
                         f"Gaussian-likelihood entries; this one is {lik} (use `ssgp-ppl fit`)")
     out.mkdir(parents=True, exist_ok=True)
     results, records = [], []
-    type2 = None
+    loo_pit: dict = {}
     # built once, shared by every method
     partitions = entry.partitions(data.x_train, seed=seed) if entry.uses_partitions else None
-    spectral_points = None  # the set an ncvmp entry's restarts kept: SVI/NUTS reuse it
+    # what the entry's own method hands the others (type-II estimates, NCVMP's spectral points)
+    handoff = Handoff(partitions=partitions)
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
-    for method in methods_to_run(entry, data.n_train):
-        res = fit(entry, data, method, seed=seed, progress=progress, type2=type2,
-                  partitions=partitions, spectral_points=spectral_points)
-        if method == entry.methods[0] and method != "nuts":
-            type2 = res.info.get("type2")
-            spectral_points = res.info.get("spectral_points")
+    for i, method in enumerate(methods_to_run(entry, data.n_train)):
+        res = fit(entry, data, method, seed=seed, progress=progress, inputs=handoff)
+        if i == 0:
+            handoff = Handoff(res.handoff.type2, res.handoff.spectral_points, partitions)
         rec = metrics_record(res, data)
-        rec["loo_seconds"] = float(res.info.get("loo_seconds", 0.0))
+        rec["loo_seconds"] = float(res.info.loo_seconds)
         rec["coverage_curve"] = {"nominal": LEVELS.tolist(),
                                  "empirical": coverage_curve(y_test, res.mean, res.var,
                                                              LEVELS)[1].tolist()}
         loo = loo_summary(res.datatree)
         if loo is not None:
-            rec["loo"], res.info["loo_pit"] = loo
-        if method == "nuts":
+            rec["loo"], loo_pit[method] = loo
+        if methods.get(method).reference:
             rec["nuts"] = _nuts_record(res)
         results.append(res)
         records.append(rec)
         write_datatree(out / f"posterior_{method}.nc", res.datatree)
-    ref = next((r for r in results if r.method == "nuts"), None)
+    ref = next((r for r in results if methods.get(r.method).reference), None)
     ref_label = _reference_label(records)
     if ref is not None:
         ref_inv = ref.datatree["invariants"].to_dataset()
         for r, rec in zip(results, records, strict=True):
-            if r.method == "nuts" or "invariants" not in r.datatree.children:
+            if r is ref or "invariants" not in r.datatree.children:
                 continue
             inv = r.datatree["invariants"].to_dataset()
             if inv.sizes["chain"] * inv.sizes["draw"] > 1:
@@ -260,15 +260,15 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     write_json(out / "comparison.json", {"format": REPORT_FORMAT, "model": entry.name,
                                          "dataset": data.name, "split": data.split, "seed": seed,
                                          "methods": records})
-    write_text_atomic(out / "report.html", _html(entry, data, seed, records, results, ref_label))
+    write_text_atomic(out / "report.html", _html(entry, data, seed, records, results, ref_label,
+                                                 loo_pit))
     return records
 
 
-def _html(entry, data, seed, records, results, ref_label) -> str:
+def _html(entry, data, seed, records, results, ref_label, loo_pit) -> str:
     cols = ["method", "rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90",
             "fit_seconds", "predict_seconds"]
-    rows = [{**r, "method": ref_label if r["method"] == "nuts" and ref_label else r["method"]}
-            for r in records]
+    rows = [{**r, "method": _label(res, ref_label)} for r, res in zip(records, results, strict=True)]
     parts = [f"<h1>{html.escape(entry.name)} on {html.escape(data.name)}</h1>",
              f"<p>{html.escape(entry.description)}<br>n_train = {data.n_train}, "
              f"n_test = {data.n_test}, split {data.split}, seed {seed}. Metrics on the test set "
@@ -318,13 +318,13 @@ def _html(entry, data, seed, records, results, ref_label) -> str:
     elif not entry.latent_sites:
         parts.append("<p>No NUTS reference: this entry has no latent variables (all its "
                      "parameters are type-II point estimates).</p>")
-    elif any(r["method"] == "local" for r in records):
+    elif any(not res.sites for res in results):
         parts.append("<p>No NUTS reference for local fits: each test point has its own "
                      "posterior on its neighbourhood.</p>")
     else:
         parts.append(f"<p>No NUTS reference: n_train = {data.n_train} exceeds {NUTS_MAX_ROWS} "
                      "rows (use --subsample for a NUTS comparison).</p>")
-    for title, png in _plots(results, records, data, ref_label):
+    for title, png in _plots(results, records, data, ref_label, loo_pit):
         parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
                      f"src='data:image/png;base64,{png}'>")
     style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
@@ -343,8 +343,8 @@ def compare_named(name: str, dataset: str, out_root: Path | str = "reports", *,
     comparison.json instead of refitting (the notebooks share their full-size runs)."""
     import json
 
-    from ssgp_ppl.catalog import load_entry
     from ssgp_ppl.datasets import load
+    from ssgp_ppl.entry import load_entry
 
     out = Path(out_root) / f"{name}-{dataset}"
     if reuse and (out / "comparison.json").exists():

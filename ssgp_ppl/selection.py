@@ -17,15 +17,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 from numpyro.infer import SVI
 
-from ssgp_ppl.catalog import CatalogEntry
+from ssgp_ppl import methods
 from ssgp_ppl.datasets import Dataset
+from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.inference import batch_sampler, guide_draws, site_values
+from ssgp_ppl.inference import batch_sampler, guide_draws, optimizer, site_values
+from ssgp_ppl.methods.svi import SVIMethod, guide_of
 from ssgp_ppl.metrics import likelihood_metrics
 from ssgp_ppl.objectives import make_objective
+from ssgp_ppl.predictive import predict_draws
 
 VALIDATION_FRACTION = 8 / 75
 
@@ -72,13 +74,15 @@ def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = N
                 ) -> BetaSelection:
     """Fit ``entry`` for every β of ``grid`` (default :func:`beta_grid` of the inner n) on the inner
     training rows, score on the validation rows, pick the best (Wei et al. 2021, §6.1)."""
-    cfg = entry.settings("svi")
-    kind = cfg["objective"]
+    own = methods.get(entry.methods[0])
+    if not isinstance(own, SVIMethod):
+        raise SSGPError(f"{entry.name}: β selection needs an entry fitted by SVI (its own method is "
+                        f"{own.name})")
+    cfg = own.settings(entry)
+    kind = cfg.objective
     if kind not in ("beta_elbo", "dlm_log", "dlm_square"):
         raise SSGPError(f"{entry.name}: β selection needs objective = beta_elbo, dlm_log or "
                         f"dlm_square (inference.svi.objective is '{kind}')")
-    if entry.methods[0] != "svi":
-        raise SSGPError(f"{entry.name}: β selection needs an SVI entry")
     t0 = time.perf_counter()
     inner = validation_split(data, fraction, seed)
     grid = beta_grid(inner.n_train) if grid is None else [float(b) for b in grid]
@@ -86,15 +90,13 @@ def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = N
         raise SSGPError("the β grid must hold values >= 0")
     spec = entry.spec(data.n_features)
     model = entry.model(spec)
-    guide = entry.guide(spec, model)
-    loss = make_objective(kind, beta=None, particles=cfg["num_particles"],  # β with each update
-                          gradient=cfg["gradient"], samples=cfg["mc_samples"])
-    n_steps = cfg["steps"] if steps is None else steps
-    lr, half = cfg["lr"], cfg["lr_halflife"]
-    step_size = lr if not half else (lambda t: lr * 0.5 ** (t / half))
-    svi = SVI(model, guide, numpyro.optim.ClippedAdam(step_size=step_size, clip_norm=100.0), loss)
+    guide = guide_of(entry, spec, model, cfg)
+    loss = make_objective(kind, beta=None, particles=cfg.num_particles,  # β with each update
+                          gradient=cfg.gradient, samples=cfg.mc_samples, guide=guide)
+    n_steps = cfg.steps if steps is None else steps
+    svi = SVI(model, guide, optimizer(cfg.lr, cfg.lr_halflife), loss)
     x, y = jnp.asarray(inner.x_train), jnp.asarray(inner.y_train)
-    batch = cfg["batch_size"] or None
+    batch = cfg.batch_size or None
     draw, aux = batch_sampler(inner.n_train, batch)
     key_init, key_run = jax.random.split(jax.random.PRNGKey(seed))
     xb, yb, kw = draw(key_run, x, y, aux)
@@ -150,15 +152,12 @@ def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = N
 def _moments(guide, params, draws, sites, data, pred):
     """Per-draw (mean_f, var_f) at the validation inputs under the degenerate rule (exact in s
     where the entry integrates the nuisance)."""
-    from ssgp_ppl.model import predict_draws
-
     if pred["rule"] != "degenerate":
         raise SSGPError("β selection scores the degenerate (γ = 1) predictive the objectives train; "
                         f"this entry's predictive.rule is '{pred['rule']}'")
-    cond = getattr(guide, "nuisance_conditional", None)
     use = dict(sites)
-    if pred["integrate_nuisance"] and cond is not None:
-        loc, tril = jax.vmap(lambda d: cond(params, d))(draws)
+    if pred["integrate_nuisance"] and guide.gaussian_nuisance:
+        loc, tril = jax.vmap(lambda d: guide.nuisance_conditional(params, d))(draws)
         use.update(nuisance=loc, nuisance_tril=tril)
     x_val = jnp.asarray(data.x_test)
     return predict_draws("degenerate", use, None, None, x_val)

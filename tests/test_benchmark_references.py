@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.inference import batch_sampler, run_svi
 from ssgp_ppl.partitions import kmeans_partitions
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ssgp_ppl.catalog import SCHEMA, list_entries, load_entry, models_dir
+from ssgp_ppl.entry import SCHEMA, list_entries, load_entry, models_dir
 from ssgp_ppl.datasets import load
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.fit import fit

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ssgp_ppl import checkpoint as ckpt_io
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.checkpoint import Checkpoint
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.fit import fit

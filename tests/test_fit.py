@@ -9,7 +9,7 @@ import xarray as xr
 from numpyro.infer.autoguide import AutoNormal
 from scipy.special import ndtr
 
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.fit import fit

@@ -20,7 +20,7 @@ from numpyro.infer import Trace_ELBO
 from scipy import stats
 
 from ssgp_ppl import datasets
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import joint_affine_guide, mean_field_guide
 from ssgp_ppl.inference import batch_sampler

@@ -7,7 +7,7 @@ import pytest
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.optim import Adam
 
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.inference import guide_draws_with_density
 
 

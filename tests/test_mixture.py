@@ -10,7 +10,7 @@ import numpyro.distributions as dist
 from scipy.special import logsumexp
 
 from ssgp_ppl import mixture, spectral
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 
 
 def _components(k=3, d=4, seed=0):

@@ -18,7 +18,7 @@ from numpyro.infer import SVI, Trace_ELBO
 from scipy import integrate, stats
 
 from ssgp_ppl import likelihoods, objectives, spectral
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 
 
 def _tilted_moments(name, y, mu, var):

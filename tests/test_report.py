@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.report import compare, small
 
 

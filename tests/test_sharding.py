@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from ssgp_ppl.catalog import load_entry
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.inference import run_svi
 
 STEPS = 200
@@ -30,7 +30,7 @@ RUN = textwrap.dedent("""
                                    process_id=int(sys.argv[4]), initialization_timeout=120)
     jax.config.update("jax_enable_x64", True)
     import numpy as np
-    from ssgp_ppl.catalog import load_entry
+    from ssgp_ppl.entry import load_entry
     from ssgp_ppl.datasets import load
     from ssgp_ppl.inference import batch_sampler, run_svi
     from ssgp_ppl.sharding import row_mesh

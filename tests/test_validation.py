@@ -124,7 +124,7 @@ def test_python_api_raises_the_package_error(tmp_path):
 
 
 def test_test_inputs_with_other_columns_are_refused(pendulum):
-    from ssgp_ppl.catalog import load_entry
+    from ssgp_ppl.entry import load_entry
     from ssgp_ppl.fit import fit
 
     entry = load_entry("ssgp").with_overrides(["ml.steps=5"])

@@ -9,39 +9,22 @@ is documented in the README ("Catalog format") and by :data:`SCHEMA` below.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import tomllib
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import jax
 
+from ssgp_ppl import methods as _methods
 from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.guides import PSI, known_guides, make_guide
 from ssgp_ppl.likelihoods import LIKELIHOODS
-from ssgp_ppl.model import PRIORS, ROLES, RULES, Hyper, SSGPSpec, ssgp_model
-from ssgp_ppl.ncvmp import tan_prior
-from ssgp_ppl.objectives import GRADIENTS, OBJECTIVES
+from ssgp_ppl.model import PRIORS, ROLES, Hyper, SSGPSpec, ssgp_model
 from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
-
-METHODS = ("ml", "svi", "nuts", "ncvmp", "local")
-TAN_METHODS = ("ncvmp", "local")  # Tan et al. 2016's solver and its adaptive neighbourhoods
-
-
-class Field(NamedTuple):
-    """One catalog key: its type, default, allowed values / bounds and a one-line doc."""
-
-    type: type | tuple
-    default: Any
-    doc: str
-    choices: tuple | None = None
-    low: float | None = None  # inclusive lower bound
-    high: float | None = None  # inclusive upper bound
-    open_low: bool = False  # lower bound exclusive
+from ssgp_ppl.predictive import RULES
+from ssgp_ppl.settings import Field, leaf_paths, validate
 
 
 def _hyper_schema(init: float, dist: str = "half_cauchy", scale: float = 1.0) -> dict:
@@ -82,68 +65,10 @@ SCHEMA: dict = {
                            "(zero mean, unit sd) | minmax (to [-1, 1], Tan et al. 2016, §7)",
                            choices=("standard", "minmax")),
     },
-    "inference": {
+    "inference": {  # each method's table is declared by the method (ssgp_ppl.methods)
         "methods": Field(list, ["svi"], "methods this entry fits; the first is its own",
-                         choices=METHODS),
-        "ml": {
-            "steps": Field(int, 3000, "Adam steps on the marginal likelihood (upper bound)", low=1),
-            "lr": Field((int, float), 0.02, "Adam step size", low=0, open_low=True),
-            "chunk": Field(int, 250, "steps per jitted scan", low=1),
-            "tol": Field((int, float), 1e-6, "relative change of the smoothed loss to stop", low=0),
-            "min_steps": Field(int, 0, "no convergence stop before this many steps", low=0),
-        },
-        "svi": {
-            "guide": Field(str, "auto_mvn", "guide name (ssgp_ppl.guides)"),
-            "psi": Field(str, "normal", "joint_affine: distribution ψ of z", choices=PSI),
-            "df": Field((int, float), 5.0, "joint_affine with ψ = student_t: degrees of freedom ν",
-                        low=0, open_low=True),
-            "init_scale": Field((int, float), 0.1, "papers' guides: initial scale × prior std",
-                                low=0, open_low=True),
-            "components": Field(int, 3, "mixture: number K of diagonal Gaussian components", low=1),
-            "spread": Field((int, float), 1.0, "mixture: spread of the components' starting "
-                            "means, in prior standard deviations", low=0),
-            "objective": Field(str, "elbo", "elbo | beta_elbo | dlm_log | dlm_square (Wei et al. 2021)",
-                               choices=OBJECTIVES),
-            "beta": Field((int, float), 1.0, "β of the KL term (beta_elbo, dlm_*)", low=0),
-            "gradient": Field(str, "exact", "log E_q p(y|f) in dlm_log: exact (Gaussian, probit) | "
-                              "quadrature | bmc | ups (Wei et al. 2021, §3-4)", choices=GRADIENTS),
-            "mc_samples": Field(int, 10, "draws L of bmc/ups, quadrature nodes, or the mixture's "
-                                "score-function draws per component", low=1),
-            "steps": Field(int, 5000, "SVI steps (upper bound)", low=1),
-            "lr": Field((int, float), 0.01, "Adam step size", low=0, open_low=True),
-            "lr_halflife": Field((int, float), 0.0, "halve the step size every this many steps "
-                                 "(0: constant)", low=0),
-            "batch_size": Field(int, 0, "minibatch rows per step; 0 = all", low=0),
-            "num_particles": Field(int, 1, "ELBO Monte Carlo particles per step", low=1),
-            "chunk": Field(int, 250, "steps per jitted scan", low=1),
-            "tol": Field((int, float), 1e-5, "relative change of the smoothed loss to stop", low=0),
-            "min_steps": Field(int, 0, "no convergence stop before this many steps", low=0),
-        },
-        "ncvmp": {
-            "algorithm": Field(int, 2, "Tan et al. 2016, Algorithm 1 (plain NCVMP) or 2 (adaptive steps)",
-                               choices=(1, 2)),
-            "rho": Field((int, float), 1.5, "Algorithm 2: step-size growth factor ρ", low=1,
-                         open_low=True),
-            "max_iter": Field(int, 500, "maximum iterations (§4)", low=1),
-            "tol": Field((int, float), 1e-6, "relative increase of the bound to stop (§4)", low=0),
-            "restarts": Field(int, 10, "spectral sets tried at the start (§7: ten)", low=1),
-            "restart_iters": Field(int, 2, "iterations per tried set before keeping the best (§7)",
-                                   low=1),
-        },
-        "local": {
-            "k": Field(int, 60, "neighbours per test point (Tan et al. 2016, §6)", low=5),
-            "adapt": Field(bool, True, "refit on the λ-weighted neighbourhood (eq. 16); false: "
-                           "predict from the Euclidean fit M1"),
-            "batch": Field(int, 1, "test points fitted at once (vmap)", low=1),
-        },
-        "nuts": {
-            "warmup": Field(int, 500, "warm-up iterations per chain", low=1),
-            "samples": Field(int, 500, "kept draws per chain", low=1),
-            "chains": Field(int, 4, "number of chains", low=1),
-            "target_accept": Field((int, float), 0.9, "target acceptance", low=0, high=1,
-                                   open_low=True),
-            "max_tree_depth": Field(int, 10, "NUTS maximum tree depth", low=1),
-        },
+                         choices=tuple(_methods.REGISTRY)),
+        **{name: m.Settings.schema() for name, m in _methods.REGISTRY.items()},
     },
     "partitions": {
         "count": Field(int, 0, "p, k-means partitions of the training inputs (0: n/1000)", low=0),
@@ -171,57 +96,6 @@ def models_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parent.parent / "models"
 
 
-def _check_value(f: Field, value, where: str):
-    types = f.type if isinstance(f.type, tuple) else (f.type,)
-    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-        want = " or ".join(t.__name__ for t in types)
-        raise SSGPError(f"{where}: expected {want}, got {type(value).__name__} {value!r}")
-    items = value if isinstance(value, list) else [value]
-    if isinstance(value, list) and not value:
-        raise SSGPError(f"{where}: must not be empty")
-    for v in items:
-        if isinstance(v, float) and not math.isfinite(v):  # TOML and --set accept nan and inf
-            raise SSGPError(f"{where}: must be a finite number, got {v!r}")
-        if f.choices is not None and v not in f.choices:
-            raise SSGPError(f"{where}: {v!r} is not one of {', '.join(map(str, f.choices))}")
-        if f.low is not None and (v < f.low or (f.open_low and v == f.low)):
-            op = ">" if f.open_low else ">="
-            raise SSGPError(f"{where}: must be {op} {f.low}, got {v!r}")
-        if f.high is not None and v > f.high:
-            raise SSGPError(f"{where}: must be <= {f.high}, got {v!r}")
-
-
-def _validate(raw: dict, schema: dict, prefix: str, src: str) -> dict:
-    out = {}
-    for key in raw:
-        if key not in schema:
-            where = f"{prefix}{key}"
-            known = ", ".join(schema)
-            raise SSGPError(f"{src}: unknown key '{where}' (known here: {known})")
-    for key, f in schema.items():
-        where = f"{src}: {prefix}{key}"
-        if isinstance(f, dict):
-            sub = raw.get(key, {})
-            if not isinstance(sub, dict):
-                raise SSGPError(f"{where}: expected a table")
-            out[key] = _validate(sub, f, f"{prefix}{key}.", src)
-        elif key in raw:
-            _check_value(f, raw[key], where)
-            out[key] = float(raw[key]) if f.type == (int, float) else raw[key]
-        elif f.default is None:
-            raise SSGPError(f"{where}: required key is missing")
-        else:
-            out[key] = copy.copy(f.default)
-    return out
-
-
-def _leaf_paths(schema: dict, prefix=()) -> list[tuple[str, ...]]:
-    paths = []
-    for k, f in schema.items():
-        paths += _leaf_paths(f, prefix + (k,)) if isinstance(f, dict) else [prefix + (k,)]
-    return paths
-
-
 def _parse_value(text: str):
     try:
         return tomllib.loads(f"v = {text}")["v"]
@@ -244,10 +118,6 @@ class CatalogEntry:
     @property
     def methods(self) -> list[str]:
         return self.config["inference"]["methods"]
-
-    @property
-    def guide_name(self) -> str:
-        return self.config["inference"]["svi"]["guide"] if "svi" in self.methods else "-"
 
     def settings(self, method: str) -> dict:
         return self.config["inference"][method]
@@ -277,13 +147,10 @@ class CatalogEntry:
         return partial(ssgp_model, spec=spec)
 
     def guide(self, spec: SSGPSpec, model=None):
-        svi = self.settings("svi")
-        opts = {k: svi[k] for k in ("init_scale",)}
-        if svi["guide"] == "joint_affine":
-            opts.update(psi=svi["psi"], df=svi["df"])
-        if svi["guide"] == "mixture":
-            opts.update(components=svi["components"], spread=svi["spread"])
-        return make_guide(svi["guide"], model or self.model(spec), spec, **opts)
+        """The entry's ``[inference.svi]`` guide object for ``spec`` (:mod:`ssgp_ppl.guides`)."""
+        from ssgp_ppl.methods.svi import SVI, guide_of
+
+        return guide_of(self, spec, model or self.model(spec), SVI.settings(self))
 
     @cached_property
     def latent_sites(self) -> tuple[str, ...]:
@@ -310,7 +177,7 @@ class CatalogEntry:
         """Apply ``key=value`` overrides (dotted path, or a leaf name unique in the schema; an
         ambiguous leaf such as ``steps`` resolves to the entry's own method) and re-validate."""
         raw = copy.deepcopy(self.config)
-        paths = _leaf_paths(SCHEMA)
+        paths = leaf_paths(SCHEMA)
         for item in assignments:
             if "=" not in item:
                 raise SSGPError(f"--set {item!r}: expected key=value")
@@ -337,17 +204,12 @@ class CatalogEntry:
 
 
 def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
-    cfg = _validate(raw, SCHEMA, "", src)
+    cfg = validate(raw, SCHEMA, "", src)
     mc = cfg["model"]
-    guide = cfg["inference"]["svi"]["guide"]
-    if guide not in known_guides():
-        raise SSGPError(f"{src}: inference.svi.guide: unknown guide {guide!r}; known: "
-                        f"{', '.join(known_guides())}")
     if cfg["predictive"]["rule"] == "degenerate" and mc["nuisance"] != "sampled":
         raise SSGPError(f"{src}: predictive.rule: 'degenerate' needs model.nuisance = 'sampled'")
     if mc["parameterization"] == "scaled" and mc["frequencies"] == "learned":
         raise SSGPError(f"{src}: model.frequencies: 'learned' needs parameterization = 'free'")
-    methods = cfg["inference"]["methods"]
     pred = cfg["predictive"]
     if pred["gamma"] != 0 and pred["rule"] != "local":
         raise SSGPError(f"{src}: predictive.gamma: γ = {pred['gamma']} is used only by "
@@ -356,23 +218,12 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
         if mc[h]["role"] == "prior" and mc[h]["dist"] == "normal":
             raise SSGPError(f"{src}: model.{h}.dist: 'normal' allows negative values; use "
                             "half_cauchy, half_normal or lognormal for a positive parameter")
-    if cfg["partitions"]["per_step"] and cfg["inference"]["svi"]["batch_size"]:
-        raise SSGPError(f"{src}: inference.svi.batch_size: set either batch_size or "
-                        "partitions.per_step, not both")
     if cfg["predictive"]["rule"] == "local" and cfg["predictive"]["gamma"] != 0 and \
             mc["nuisance"] != "sampled":
         raise SSGPError(f"{src}: predictive.gamma: γ != 0 needs model.nuisance = 'sampled'")
     if cfg["partitions"]["per_step"] and mc["nuisance"] != "sampled":
         raise SSGPError(f"{src}: partitions.per_step: partition sampling needs model.nuisance = "
                         "'sampled' (the marginal likelihood does not factorise)")
-    svi = cfg["inference"]["svi"]
-    if svi["objective"] != "elbo" and mc["nuisance"] != "sampled":
-        raise SSGPError(f"{src}: inference.svi.objective: '{svi['objective']}' needs "
-                        "model.nuisance = 'sampled'")
-    if svi["objective"] == "dlm_log" and svi["gradient"] == "exact" and \
-            mc["likelihood"] not in ("gaussian", "probit"):
-        raise SSGPError(f"{src}: inference.svi.gradient: 'exact' has no closed form under the "
-                        f"{mc['likelihood']} likelihood; use quadrature, bmc or ups")
     if mc["likelihood"] == "student_t" and mc["df"] <= 2:
         raise SSGPError(f"{src}: model.df: the Student-t predictive needs df > 2 (finite "
                         f"variance), got {mc['df']:g}")
@@ -383,26 +234,9 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
         if cfg["predictive"]["rule"] != "degenerate":
             raise SSGPError(f"{src}: predictive.rule: the {mc['likelihood']} likelihood needs "
                             "'degenerate' (marginal and local are Gaussian closed forms)")
-        if any(m in TAN_METHODS for m in methods) or "ml" in methods:
-            raise SSGPError(f"{src}: inference.methods: ml, ncvmp and local are Gaussian-only")
-    if svi["guide"] == "mixture" and mc["spectral_density"] != "se" and "svi" in methods:
-        raise SSGPError(f"{src}: inference.svi.guide: 'mixture' needs spectral_density = 'se'")
     entry = CatalogEntry(name, path, cfg)
-    if any(m in TAN_METHODS for m in methods):
-        try:
-            tan_prior(entry.spec(1))
-        except SSGPError as e:
-            raise SSGPError(f"{src}: {e}") from None
-    if "nuts" in methods and not entry.latent_sites:
-        raise SSGPError(f"{src}: inference.methods: 'nuts' needs latent sites; this model has none")
-    if "nuts" in methods and entry.learned_sites and methods[0] == "nuts":
-        learned = ", ".join(f"model.{s}" for s in entry.learned_sites)
-        raise SSGPError(f"{src}: inference.methods: 'nuts' first needs priors or fixed values, but "
-                        f"these are learned: {learned} (list 'svi' or 'ml' first: NUTS then "
-                        "conditions on their type-II estimates)")
-    if methods[0] == "svi" and not entry.latent_sites:
-        raise SSGPError(f"{src}: inference.methods: 'svi' needs latent sites; this model has "
-                        "none (use 'ml')")
+    for method in entry.methods:  # each listed method checks the entry against its needs
+        _methods.get(method).check(entry, src)
     return entry
 
 

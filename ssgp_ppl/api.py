@@ -1,0 +1,90 @@
+"""The Python API: :func:`fit`, :func:`load`, :func:`catalog` (also as ``ssgp_ppl.fit`` …).
+
+>>> import ssgp_ppl
+>>> post = ssgp_ppl.fit("ssgp_svi", data="pendulum")          # doctest: +SKIP
+>>> pred = post.predict(x_new)        # raw inputs; mean, var, draws, interval(0.9) of y*
+>>> post.save("pendulum.nc"); ssgp_ppl.load("pendulum.nc").predict(x_new)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ssgp_ppl import datasets, methods, pipeline
+from ssgp_ppl import posterior as _posterior
+from ssgp_ppl.entry import CatalogEntry, list_entries, load_entry
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.posterior import Posterior
+
+
+def _entry(model, settings) -> CatalogEntry:
+    entry = model if isinstance(model, CatalogEntry) else load_entry(model)
+    if settings:
+        items = settings.items() if isinstance(settings, dict) else None
+        assignments = [f"{k}={_toml(v)}" for k, v in items] if items is not None else list(settings)
+        entry = entry.with_overrides(assignments)
+    return entry
+
+
+def _toml(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace('"', '\\"') + '"'
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml(i) for i in v) + "]"
+    return repr(v)
+
+
+def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: str | None = None,
+        method: str | None = None, seed: int = 0, steps: int | None = None,
+        settings: dict | list[str] | None = None, split: int = 0, x_test=None, y_test=None,
+        progress: bool = False) -> Posterior:
+    """Fit a catalog model and return its :class:`~ssgp_ppl.posterior.Posterior`.
+
+    ``model``: a catalog name (``ssgp_ppl.catalog()``), a TOML path or a loaded entry;
+    ``settings``: catalog overrides, ``{"svi.steps": 2000, "m": 20}`` or ``["m=20"]``.
+    Data, one of: ``data`` a known data set name, a CSV/Parquet path or a pandas DataFrame
+    (``target`` its target column, default the last), split into training and test rows as
+    ``split`` says (the posterior then carries the test scores in ``metrics``); or ``x`` (n, d),
+    ``y`` (n,) arrays, all of them training rows, scored on ``x_test``, ``y_test`` if given.
+    ``method``: one of ``ssgp_ppl.methods.REGISTRY`` (default: the entry's own).
+    """
+    entry = _entry(model, settings)
+    lik = entry.spec(1).lik
+    scaling = entry.config["data"]["x_scaling"]
+    if data is not None and (x is not None or y is not None):
+        raise SSGPError("give either data= or x=, y=, not both")
+    if data is not None:
+        ds = datasets.load(data, split=split, target=target, x_scaling=scaling,
+                           target_kind=lik.target)
+    elif x is not None and y is not None:
+        ds = datasets.from_arrays(x, y, x_test, y_test, x_scaling=scaling, target_kind=lik.target)
+    else:
+        raise SSGPError("fit needs data= (a name, a file path or a DataFrame) or x= and y= arrays")
+    if ds.n_test == 0:
+        m = methods.get(method or entry.methods[0])
+        inputs = pipeline.prerequisites(entry, ds, m, seed=seed, progress=progress)
+        return m.run(entry, ds, seed=seed, steps=steps, progress=progress, inputs=inputs)
+    return pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress)
+
+
+def load(path: str | Path) -> Posterior:
+    """A posterior saved with :meth:`Posterior.save`: it predicts exactly as the saved one did."""
+    return _posterior.load(path, CatalogEntry)
+
+
+def catalog() -> list[dict]:
+    """The catalog entries: name, methods, guide, objective, description (``ssgp-ppl models``)."""
+    rows = []
+    for name in list_entries():
+        e = load_entry(name)
+        listed = [methods.get(m) for m in e.methods]
+        guides = [g for g in (m.guide_label(e) for m in listed) if g]
+        rows.append({"name": name, "methods": ",".join(e.methods),
+                     "guide": guides[0] if guides else "-",
+                     "objective": listed[0].objective_label(e), "description": e.description})
+    return rows
+
+
+__all__ = ["fit", "load", "catalog"]

@@ -1,0 +1,102 @@
+"""The ArviZ DataTree of a fit (:func:`assemble`) and the training-row draws behind PSIS-LOO."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+from arviz_base import from_dict
+
+from ssgp_ppl import invariants, likelihoods, spectral
+
+DIMS = {
+    "frequencies": ["frequency", "input"],
+    "lengthscales": ["input"],
+    "inverse_lengthscales": ["input"],
+    "nuisance": ["feature"],
+    "mu_lambda_euclidean": ["test", "input"],
+    "mu_lambda": ["test", "input"],
+    "bound": ["test"],
+    "iterations": ["test"],
+    "f_mean_euclidean": ["test"],
+    "y": ["obs"],
+    "f_mean": ["test"],
+    "f_var": ["test"],
+    "y_pred": ["test"],
+}
+
+
+
+def by_chain(tree: dict, chains: int) -> dict:
+    return {k: np.asarray(v).reshape((chains, -1) + np.shape(v)[1:]) for k, v in tree.items()}
+
+
+LOGLIK_MAX_VALUES = 20_000_000  # draws × rows kept in the log_likelihood group
+# VI draws where PSIS-LOO is computed (its Pareto tail needs ≥ 5 of them: S ≥ 25; k̂ is noisy
+# below ~100): the predictive then averages over these draws too, not just the entry's r
+LOO_MIN_DRAWS = 100
+
+
+def train_draws(sites: dict, x, y, seed: int, lik=None):
+    """Per draw: log N(y_i | φ(x_i)ᵀs, σ_n²) and a replicate y_rep_i ~ N(φ(x_i)ᵀs, σ_n²), (S, n)
+    each (the log_likelihood and posterior_predictive groups). (None, None) when s was integrated
+    out (the likelihood does not factorise over rows) or when S × n exceeds LOGLIK_MAX_VALUES
+    (AIRLINE-sized data: LOO is not the tool there)."""
+    if "nuisance" not in sites or sites["signal"].shape[0] * x.shape[0] > LOGLIK_MAX_VALUES:
+        return None, None
+    lik = lik or likelihoods.GAUSSIAN
+    count = sites["signal"].shape[0]
+    noise = sites["noise"] if "noise" in sites else jnp.ones(count)
+
+    @jax.jit
+    def run(freq, s, noise, keys, x, y):
+        def one(args):
+            fr, sv, nz, k = args
+            f = spectral.features(x, fr) @ sv
+            return lik.log_prob(y, f, nz), lik.distribution(f, nz).sample(k).astype(f.dtype)
+
+        return jax.lax.map(one, (freq, s, noise, keys))
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), count)
+    loglik, y_rep = run(sites["frequencies"], sites["nuisance"], noise, keys, x, y)
+    return np.asarray(loglik), np.asarray(y_rep)
+
+
+def assemble(*, sites: dict | None, chains: int, data, mean_f, var_f,
+              test_pit, y_pred, loglik=None, y_rep=None, log_p=None, log_q=None,
+              extra: dict | None = None, seed: int = 0) -> xr.DataTree:
+    """The fit's DataTree: posterior (model sites, standardised units), invariants (original
+    units, :mod:`ssgp_ppl.invariants`), log_likelihood and posterior_predictive (training rows),
+    sample_stats (lp = log p, log_q for VI draws), observed_data, predictions (test: per-draw f*
+    moments, y* draws, PIT of each test target), predictions_constant_data (x*, y*).
+
+    For NCVMP the per-draw f* moments are q's draws (f_var = 0) while y_pred and the PIT come from
+    the §5 closed-form predictive that the metrics score; for local fits the one "draw" is the
+    closed form itself and f_var is the variance of y* (the local fits do not separate noise)."""
+    scale = float(np.asarray(data.y_scaler.scale))
+    shift = float(np.asarray(data.y_scaler.inverse(np.zeros(()))))
+    groups: dict = {
+        "observed_data": {"y": np.asarray(data.y_train)},
+        "predictions": by_chain({"f_mean": mean_f, "f_var": var_f, "y_pred": y_pred}, chains),
+        "predictions_constant_data": {"x_test": np.asarray(data.x_test),
+                                      "y_test": np.asarray(data.y_scaler.inverse(data.y_test)),
+                                      "pit": np.asarray(test_pit)},
+        **(extra or {}),
+    }
+    if sites is not None:
+        groups["posterior"] = by_chain(sites, chains)
+    if loglik is not None:
+        groups["log_likelihood"] = {"y": loglik.reshape(chains, -1, loglik.shape[-1])}
+        groups["posterior_predictive"] = {"y": y_rep.reshape(chains, -1, y_rep.shape[-1])}
+    if log_p is not None:
+        groups["sample_stats"] = by_chain({"lp": log_p, "log_q": log_q}, chains)
+    dt = from_dict(groups, dims=DIMS, pred_dims=DIMS)
+    if sites is not None and "frequencies" in sites:
+        inv = invariants.invariant_draws(sites["frequencies"], sites["signal"], sites.get("noise"),
+                                         mean_f, var_f, y_scale=scale, y_shift=shift, seed=seed)
+        dt["invariants"] = xr.DataTree(invariants.as_dataset(inv, chains))
+    dt.attrs.update(y_scale=scale, y_shift=shift)
+    return dt
+
+

@@ -1,0 +1,84 @@
+"""The one shape of an inference method (as blackjax's algorithms): settings in, a Posterior out.
+
+A method is an instance of a :class:`Method` subclass in its own module of this package, listed
+once in :data:`ssgp_ppl.methods.REGISTRY`:
+
+* ``Settings``: a frozen dataclass of its ``[inference.<name>]`` catalog table, each field declared
+  with :func:`setting` (type, default, doc, bounds); the catalog validates the table with it and
+  errors name the file and key;
+* :meth:`Method.check`: the checks of this method against an entry (likelihood, latent sites, …);
+* :meth:`Method.requires`: what it needs from the entry's own method (type-II estimates, spectral
+  points), passed in by the caller as a :class:`~ssgp_ppl.posterior.Handoff`;
+* :meth:`Method.run` ``(entry, data, *, seed, steps, progress, inputs, checkpoint, client)`` →
+  :class:`~ssgp_ppl.posterior.Posterior`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar
+
+from ssgp_ppl.settings import Field
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ssgp_ppl.datasets import Dataset
+    from ssgp_ppl.entry import CatalogEntry
+    from ssgp_ppl.posterior import Handoff, Posterior
+
+
+def setting(type_, default, doc: str, **bounds):
+    """A Settings field: its catalog :class:`~ssgp_ppl.settings.Field` rides in the metadata."""
+    f = Field(type_, default, doc, **bounds)
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata={"field": f})
+    return dataclasses.field(default=default, metadata={"field": f})
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Base of every method's settings."""
+
+    @classmethod
+    def schema(cls) -> dict[str, Field]:
+        return {f.name: f.metadata["field"] for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def of(cls, entry: CatalogEntry, name: str):
+        """The entry's (validated) ``[inference.<name>]`` table as this type."""
+        return cls(**entry.config["inference"][name])
+
+
+class Method:
+    """Base class of the inference methods (see the module docstring)."""
+
+    name: ClassVar[str]
+    Settings: ClassVar[type[Settings]] = Settings
+    description: ClassVar[str] = ""
+    checkpoints: ClassVar[bool] = False  # run() honours a Checkpoint (resume, Ctrl-C)
+    distributed: ClassVar[bool] = False  # trains across processes under jax.distributed
+    reference: ClassVar[bool] = False  # the MCMC reference compare adds to an entry's methods
+    provides: ClassVar[tuple[str, ...]] = ()  # Handoff fields its posterior fills for others
+    accepts: ClassVar[tuple[str, ...]] = ()  # Handoff fields it uses when the own method provides them
+
+    def settings(self, entry: CatalogEntry):
+        return self.Settings.of(entry, self.name)
+
+    def check(self, entry: CatalogEntry, src: str) -> None:
+        """Raise one SSGPError naming ``src`` and the key when ``entry`` cannot use this method."""
+
+    def requires(self, entry: CatalogEntry, n_features: int = 1) -> tuple[str, ...]:
+        """Handoff fields this method needs from the entry's own method's fit."""
+        return ()
+
+    def objective_label(self, entry: CatalogEntry) -> str:
+        """What the method optimises or samples, for `ssgp-ppl models`."""
+        return ""
+
+    def guide_label(self, entry: CatalogEntry) -> str | None:
+        """The guide it fits, where it fits one."""
+        return None
+
+    def run(self, entry: CatalogEntry, data: Dataset, *, seed: int = 0, steps: int | None = None,
+            progress: bool = True, inputs: Handoff | None = None, checkpoint=None,
+            client=None) -> Posterior:
+        raise NotImplementedError

@@ -1,0 +1,160 @@
+"""``svi``: the entry's guide fitted by its objective with Adam, many steps inside one jit."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+from numpyro.infer import Trace_ELBO
+
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.guides import PSI, EmptyGuide, known_guides, make_guide
+from ssgp_ppl.inference import Batching, Schedule, guide_draws_with_density, run_svi, site_values
+from ssgp_ppl.methods import common
+from ssgp_ppl.methods.base import Method, Settings, setting
+from ssgp_ppl.objectives import GRADIENTS, OBJECTIVES, make_objective
+from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
+
+
+@dataclasses.dataclass(frozen=True)
+class SVISettings(Settings):
+    guide: str = setting(str, "auto_mvn", "guide name (ssgp_ppl.guides)")
+    psi: str = setting(str, "normal", "joint_affine: distribution ψ of z", choices=PSI)
+    df: float = setting((int, float), 5.0, "joint_affine with ψ = student_t: degrees of freedom ν",
+                        low=0, open_low=True)
+    init_scale: float = setting((int, float), 0.1, "papers' guides: initial scale × prior std",
+                                low=0, open_low=True)
+    components: int = setting(int, 3, "mixture: number K of diagonal Gaussian components", low=1)
+    spread: float = setting((int, float), 1.0, "mixture: spread of the components' starting means, "
+                            "in prior standard deviations", low=0)
+    objective: str = setting(str, "elbo", "elbo | beta_elbo | dlm_log | dlm_square (Wei et al. "
+                             "2021)", choices=OBJECTIVES)
+    beta: float = setting((int, float), 1.0, "β of the KL term (beta_elbo, dlm_*)", low=0)
+    gradient: str = setting(str, "exact", "log E_q p(y|f) in dlm_log: exact (Gaussian, probit) | "
+                            "quadrature | bmc | ups (Wei et al. 2021, §3-4)", choices=GRADIENTS)
+    mc_samples: int = setting(int, 10, "draws L of bmc/ups, quadrature nodes, or the mixture's "
+                              "score-function draws per component", low=1)
+    steps: int = setting(int, 5000, "SVI steps (upper bound)", low=1)
+    lr: float = setting((int, float), 0.01, "Adam step size", low=0, open_low=True)
+    lr_halflife: float = setting((int, float), 0.0, "halve the step size every this many steps "
+                                 "(0: constant)", low=0)
+    batch_size: int = setting(int, 0, "minibatch rows per step; 0 = all", low=0)
+    num_particles: int = setting(int, 1, "ELBO Monte Carlo particles per step", low=1)
+    chunk: int = setting(int, 250, "steps per jitted scan", low=1)
+    tol: float = setting((int, float), 1e-5, "relative change of the smoothed loss to stop", low=0)
+    min_steps: int = setting(int, 0, "no convergence stop before this many steps", low=0)
+
+    def schedule(self, steps: int | None = None) -> Schedule:
+        n = self.steps if steps is None else steps
+        return Schedule(n, self.lr, self.lr_halflife, self.chunk, self.tol, 4, min(self.min_steps, n))
+
+
+def guide_of(entry, spec, model, s: SVISettings):
+    """The entry's guide object (:mod:`ssgp_ppl.guides`)."""
+    return make_guide(s.guide, model, spec, psi=s.psi, df=s.df, init_scale=s.init_scale,
+                      components=s.components, spread=s.spread)
+
+
+def finish(entry, data, method: str, model, guide, params, res, *, spec, partitions, seed: int,
+           num: int, densities: bool, t0: float, info: dict) -> Posterior:
+    """Draws of a fitted guide → a Posterior (shared by ``svi`` and ``ml``)."""
+    x, y = jax.numpy.asarray(data.x_train), jax.numpy.asarray(data.y_train)
+    log_p = log_q = None
+    loo_seconds = 0.0
+    if isinstance(guide, EmptyGuide):
+        draws = {}
+    else:
+        t_loo = time.perf_counter()
+        draws, log_p, log_q = guide_draws_with_density(model, guide, params, x, y, num_samples=num,
+                                                       seed=seed + 1, densities=densities)
+        jax.block_until_ready(draws)
+        loo_seconds = time.perf_counter() - t_loo if densities else 0.0  # LOO bookkeeping
+    sites = site_values(model, params, draws, x[:1])  # site values do not depend on n
+    jax.block_until_ready(sites)
+    fit_seconds = time.perf_counter() - t0 - loo_seconds
+    pred = entry.config["predictive"]
+    rule_sites = dict(sites)
+    if pred["integrate_nuisance"] and guide.gaussian_nuisance and pred["rule"] == "degenerate":
+        loc, tril = jax.vmap(lambda d: guide.nuisance_conditional(params, d))(draws)
+        rule_sites.update(nuisance=loc, nuisance_tril=tril)
+    fit_info = FitInfo(fit_seconds=fit_seconds, loo_seconds=loo_seconds, steps=res.steps,
+                       converged=res.converged, interrupted=res.interrupted,
+                       partitions=None if partitions is None else partitions.count, **info)
+    type2 = {k: np.asarray(params[k]) for k in spec.learned_sites()}
+    return Posterior(entry, method, data.name, common.by_chain(sites, 1),
+                     common.site_rule(entry, rule_sites, data, partitions), data.x_scaler,
+                     data.y_scaler, fit_info, None if log_p is None else np.asarray(log_p)[None],
+                     None if log_q is None else np.asarray(log_q)[None], res.losses,
+                     handoff=Handoff(type2=type2, partitions=partitions),
+                     params={k: np.asarray(v) for k, v in params.items()})
+
+
+class SVIMethod(Method):
+    name = "svi"
+    Settings = SVISettings
+    description = "the entry's guide by SVI (its objective, Adam inside one jit)"
+    checkpoints = True
+    distributed = True
+    accepts = ("spectral_points",)
+
+    def check(self, entry, src: str) -> None:
+        s = self.settings(entry)
+        mc = entry.config["model"]
+        if s.guide not in known_guides():
+            raise SSGPError(f"{src}: inference.svi.guide: unknown guide {s.guide!r}; known: "
+                            f"{', '.join(known_guides())}")
+        if not entry.latent_sites:
+            raise SSGPError(f"{src}: inference.methods: 'svi' needs latent sites; this model has "
+                            "none (use 'ml')")
+        if s.guide == "mixture" and mc["spectral_density"] != "se":
+            raise SSGPError(f"{src}: inference.svi.guide: 'mixture' needs spectral_density = 'se'")
+        if entry.config["partitions"]["per_step"] and s.batch_size:
+            raise SSGPError(f"{src}: inference.svi.batch_size: set either batch_size or "
+                            "partitions.per_step, not both")
+        if s.objective != "elbo" and mc["nuisance"] != "sampled":
+            raise SSGPError(f"{src}: inference.svi.objective: '{s.objective}' needs "
+                            "model.nuisance = 'sampled'")
+        if s.objective == "dlm_log" and s.gradient == "exact" and \
+                mc["likelihood"] not in ("gaussian", "probit"):
+            raise SSGPError(f"{src}: inference.svi.gradient: 'exact' has no closed form under the "
+                            f"{mc['likelihood']} likelihood; use quadrature, bmc or ups")
+
+    def objective_label(self, entry) -> str:
+        s = self.settings(entry)
+        return s.objective if s.objective == "elbo" else f"{s.objective} (β = {s.beta:g})"
+
+    def guide_label(self, entry) -> str:
+        return self.settings(entry).guide
+
+    def run(self, entry, data, *, seed=0, steps=None, progress=True, inputs=None, checkpoint=None,
+            client=None) -> Posterior:
+        s = self.settings(entry)
+        spec = common.spec_for(entry, data, inputs)
+        if not spec.latent_sites():
+            raise SSGPError(f"{entry.name}: SVI needs latent sites; this model has none")
+        model = entry.model(spec)
+        partitions = common.partitions_for(entry, data, inputs, seed)
+        guide = guide_of(entry, spec, model, s)
+        objective = make_objective(s.objective, beta=s.beta, particles=s.num_particles,
+                                   gradient=s.gradient, samples=s.mc_samples, guide=guide)
+        per = entry.config["partitions"]["per_step"]
+        per_step = min(per, partitions.count) if per else 0
+        batching = Batching(s.batch_size or None, partitions if per_step else None, max(per_step, 1))
+        t0 = time.perf_counter()
+        res = run_svi(model, guide, data.x_train, data.y_train, s.schedule(steps),
+                      loss=objective or Trace_ELBO(num_particles=s.num_particles),
+                      batching=batching, seed=seed, progress=progress, desc=f"{entry.name}:svi",
+                      checkpoint=checkpoint)
+        num = entry.config["predictive"]["samples"]
+        # densities for PSIS-LOO where a pointwise log-likelihood will exist
+        dens = spec.nuisance == "sampled" and \
+            max(num, common.LOO_MIN_DRAWS) * data.n_train <= common.LOGLIK_MAX_VALUES
+        return finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
+                      partitions=partitions, seed=seed,
+                      num=max(num, common.LOO_MIN_DRAWS) if dens else num, densities=dens, t0=t0,
+                      info={"objective": s.objective, "beta": s.beta})
+
+
+SVI = SVIMethod()

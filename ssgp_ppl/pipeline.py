@@ -1,0 +1,161 @@
+"""The pipeline of every fit: method → posterior → test predictions → scores → DataTree.
+
+:func:`fit` is what :func:`ssgp_ppl.fit`, the CLI's ``fit`` and ``compare`` call. The methods
+themselves are plug-ins (:mod:`ssgp_ppl.methods`); what one needs from the entry's own method
+(type-II estimates for an empirical-Bayes NUTS reference, the spectral points NCVMP kept) is
+fitted here first by :func:`prerequisites` and handed over explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+
+import jax
+import numpy as np
+import numpyro
+import xarray as xr
+from scipy.special import ndtr
+
+from ssgp_ppl import datatree, methods
+from ssgp_ppl.checkpoint import Checkpoint
+from ssgp_ppl.checkpoint import fingerprint as checkpoint_fingerprint
+from ssgp_ppl.datasets import Dataset
+from ssgp_ppl.entry import CatalogEntry
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.linalg import check_finite
+from ssgp_ppl.metrics import likelihood_metrics, regression_metrics
+from ssgp_ppl.posterior import Handoff, Posterior
+from ssgp_ppl.predictive import check_test_inputs
+
+
+def prerequisites(entry: CatalogEntry, data: Dataset, method: methods.Method, *, seed: int = 0,
+                  progress: bool = True, partitions=None) -> Handoff:
+    """What ``method`` needs from the entry's own method on ``data``: that method is run (not the
+    whole pipeline) and its hand-over returned; with nothing needed, just ``partitions``."""
+    own = methods.get(entry.methods[0])
+    need = set(method.requires(entry, data.n_features))
+    need |= {k for k in method.accepts if k in own.provides and own is not method}
+    if not need:
+        return Handoff(partitions=partitions)
+    if own is method:
+        raise SSGPError(f"{entry.name}: {method.name} needs {', '.join(sorted(need))} from another "
+                        "method; list that method first in inference.methods")
+    post = own.run(entry, data, seed=seed, progress=progress, inputs=Handoff(partitions=partitions))
+    h = post.handoff
+    return Handoff(h.type2 if "type2" in need else None,
+                   h.spectral_points if "spectral_points" in need else None,
+                   partitions if partitions is not None else h.partitions)
+
+
+def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: int = 0,
+        steps: int | None = None, progress: bool = True, inputs: Handoff | None = None,
+        checkpoint: Checkpoint | None = None, client=None) -> Posterior:
+    """Fit ``entry`` on ``data`` with ``method`` (default: the entry's own), predict the test split,
+    score it and build the DataTree.
+
+    ``inputs``: the hand-over from the entry's own method (type-II estimates, spectral points,
+    partitions); default: fitted here by :func:`prerequisites` when the method needs it.
+    ``checkpoint`` (methods that checkpoint): saved / resumed as
+    :func:`~ssgp_ppl.inference.run_svi` says, its fingerprint this run's. ``client`` (a
+    ``distributed.Client``): the test predictions, and the local fits, run in chunks on it.
+    """
+    m = methods.get(method or entry.methods[0])
+    if steps is not None and steps < 1:
+        raise SSGPError(f"--steps must be >= 1, got {steps}")
+    check_test_inputs(data.x_train, data.x_test)
+    if m.name not in entry.methods:
+        m.check(entry, entry.path.name)
+    if inputs is None:
+        inputs = prerequisites(entry, data, m, seed=seed, progress=progress)
+    if checkpoint is not None:
+        if not m.checkpoints:
+            raise SSGPError(f"method {m.name!r} does not checkpoint (only "
+                            f"{', '.join(k for k, v in methods.REGISTRY.items() if v.checkpoints)} do)")
+        given = {"spectral_points": inputs.spectral_points, "type2": inputs.type2,
+                 "partitions": None if inputs.partitions is None else inputs.partitions.blocks}
+        checkpoint = checkpoint._replace(fingerprint=run_fingerprint(entry, data, m.name, seed,
+                                                                     steps, given))
+    post = m.run(entry, data, seed=seed, steps=steps, progress=progress, inputs=inputs,
+                 checkpoint=checkpoint, client=client)
+    return evaluate(post, data, seed=seed, client=client, progress=progress)
+
+
+def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
+             progress: bool = False) -> Posterior:
+    """``post`` with its test-split prediction, scores (original units) and DataTree."""
+    t1 = time.perf_counter()
+    pred = post.predict_standardised(data.x_test, seed=seed, client=client, progress=progress)
+    predict_seconds = time.perf_counter() - t1
+    check_finite(f"{post.model}:{post.method} predictions of the test rows", pred.mean, pred.var)
+    lik = post.entry.spec(data.n_features).lik
+    y_test = np.asarray(data.y_scaler.inverse(data.y_test))
+    flat = post.flat_sites
+    if post.rule.closed_form:  # NCVMP's and the local fits' one Gaussian per point
+        metrics = regression_metrics(y_test, pred.mean, pred.var)
+    else:
+        metrics = likelihood_metrics(lik, y_test, pred.mean, pred.mean_f, pred.var_f,
+                                     flat.get("noise"), y_model=data.y_test, y_scale=pred.y_scale)
+        if lik.target == "continuous":
+            metrics = regression_metrics(y_test, pred.mean, pred.var) | metrics
+    pit = ndtr((np.asarray(data.y_test, np.float64)[None] - pred.mean_f)
+               / np.sqrt(pred.var_y)).mean(0) if pred.gaussian else np.full(data.n_test, np.nan)
+    t_loo = time.perf_counter()
+    x, y = jax.numpy.asarray(data.x_train), jax.numpy.asarray(data.y_train)
+    loglik, y_rep = datatree.train_draws(flat, x, y - post.y_centre, seed + 3, lik) if flat \
+        else (None, None)
+    if y_rep is not None:
+        y_rep = y_rep + post.y_centre
+    loo_seconds = time.perf_counter() - t_loo
+    draw = post.draw_moments(data.x_test) if flat and post.rule.closed_form else pred
+    dt = datatree.assemble(
+        sites=flat or None, chains=post.chains, data=data, mean_f=draw.mean_f, var_f=draw.var_f,
+        test_pit=pit, y_pred=pred.draws, loglik=loglik, y_rep=y_rep,
+        log_p=None if post.log_p is None else np.ravel(post.log_p),
+        log_q=None if post.log_q is None else np.ravel(post.log_q),
+        extra=pred.extra and {"local_fits": pred.extra}, seed=seed)
+    if post.sample_stats is not None:  # a sampler's own statistics (energy, divergences, lp)
+        dt["sample_stats"] = xr.DataTree(post.sample_stats)
+    dt.attrs.update(model=post.model, method=post.method, dataset=data.name)
+    info = dataclasses.replace(post.info, predict_seconds=predict_seconds,
+                               loo_seconds=post.info.loo_seconds + loo_seconds)
+    return post.replace(test=pred, metrics=metrics, datatree=dt, info=info)
+
+
+def metrics_record(post: Posterior, data: Dataset) -> dict:
+    """The ``metrics.json`` record of the CLI's ``fit`` command."""
+    info = post.info
+    optional = {"objective": info.objective, "beta": info.beta, "steps": info.steps,
+                "converged": info.converged, "interrupted": info.interrupted}
+    return {"model": post.model, "method": post.method, "dataset": post.dataset,
+            "n_train": data.n_train, "n_test": data.n_test,
+            **{k: float(v) for k, v in post.metrics.items()},
+            **{k: v for k, v in optional.items() if v is not None},
+            "fit_seconds": float(info.fit_seconds), "predict_seconds": float(info.predict_seconds)}
+
+
+def _sha(*arrays) -> str:
+    digest = hashlib.sha256()
+    for a in arrays:
+        digest.update(np.ascontiguousarray(a).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def run_fingerprint(entry: CatalogEntry, data: Dataset, method: str, seed: int,
+                    steps: int | None, given: dict | None = None) -> dict:
+    """What a checkpoint must match to be resumed: the entry and its full configuration, the
+    data (name, split, sizes and a hash of the scaled training rows), seed, method, steps, the
+    float width, the arrays ``given`` to :func:`fit` (spectral points, type-II values,
+    partitions; hashed) and the JAX / NumPyro versions (another version need not reproduce the
+    same bits)."""
+    extra = {f"{k}_sha256": _sha(*[np.asarray(v) for v in (a.values() if isinstance(a, dict)
+                                                           else [a])])
+             for k, a in (given or {}).items() if a is not None}
+    return checkpoint_fingerprint(model=entry.name, config=entry.config, data=data.name,
+                                  split=data.split, n_train=data.n_train,
+                                  n_features=data.n_features,
+                                  data_sha256=_sha(data.x_train, data.y_train), seed=seed,
+                                  method=method, steps=steps,
+                                  x64=bool(jax.config.read("jax_enable_x64")),
+                                  jax=jax.__version__, numpyro=numpyro.__version__, **extra)

@@ -1,0 +1,242 @@
+"""The result of every inference method: a typed :class:`Posterior` that predicts, saves and loads.
+
+A method (:mod:`ssgp_ppl.methods`) returns the posterior draws of the model's sites, the fitted
+scalers, the predictive rule (:mod:`ssgp_ppl.predictive`) and typed :class:`FitInfo`; the pipeline
+(:func:`ssgp_ppl.pipeline.fit`) adds the test-split prediction, its scores and the ArviZ DataTree.
+:meth:`Posterior.predict` takes raw inputs in original units and returns the predictive of y* in
+original units; :meth:`Posterior.save` / :func:`load` round-trip everything it needs in one netCDF
+file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import xarray as xr
+
+from ssgp_ppl.datasets import Scaler
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.partitions import Partitions
+from ssgp_ppl.predictive import (
+    Moments,
+    Prediction,
+    SiteRule,
+    check_test_inputs,
+    predictive_draws,
+    rule_from_state,
+    y_moments,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ssgp_ppl.entry import CatalogEntry
+
+SAVE_FORMAT = 1
+STATE_GROUP = "ssgp_ppl_state"  # the group of a saved posterior that holds what predict needs
+
+
+@dataclass(frozen=True)
+class FitInfo:
+    """What a method reports besides its draws; None where the method has no such quantity."""
+
+    fit_seconds: float = 0.0
+    predict_seconds: float = 0.0
+    loo_seconds: float = 0.0  # densities and pointwise log-likelihoods for PSIS-LOO
+    steps: int | None = None  # SVI/ML steps, NCVMP iterations
+    converged: bool | None = None
+    interrupted: bool | None = None  # stopped by Ctrl-C after a whole chunk (checkpointed fits)
+    objective: str | None = None  # SVI objective and its β
+    beta: float | None = None
+    partitions: int | None = None  # k-means partitions used
+    divergences: int | None = None  # NUTS
+    algorithm: int | None = None  # NCVMP algorithm and final bound
+    bound: float | None = None
+    k: int | None = None  # adaptive neighbourhoods
+    adapt: bool | None = None
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What one method's fit gives another: type-II estimates (for an empirical-Bayes NUTS
+    reference), the spectral points NCVMP's restarts kept, and the k-means partitions."""
+
+    type2: dict | None = None
+    spectral_points: np.ndarray | None = None
+    partitions: Partitions | None = None
+
+
+@dataclass(eq=False)
+class Posterior:
+    """A fitted catalog entry: draws, predictive rule, scalers and method info.
+
+    ``sites``: name -> (chain, draw, ...) in the model's standardised units (type-II values repeated
+    per draw); ``log_p`` / ``log_q``: (chain, draw) joint log density and the guide's log density
+    where defined (VI draws, for PSIS-LOO); ``y_centre``: the training mean a closed-form fit was
+    centred on (NCVMP); ``test``, ``metrics`` and ``datatree`` are set by the pipeline when there is
+    a test split.
+    """
+
+    entry: CatalogEntry
+    method: str
+    dataset: str
+    sites: dict
+    rule: object  # SiteRule | NCVMPRule | LocalFitsRule
+    x_scaler: Scaler
+    y_scaler: Scaler
+    info: FitInfo = field(default_factory=FitInfo)
+    log_p: np.ndarray | None = None
+    log_q: np.ndarray | None = None
+    losses: np.ndarray | None = None
+    y_centre: float = 0.0
+    handoff: Handoff = field(default_factory=Handoff)
+    sample_stats: xr.Dataset | None = None  # a sampler's own statistics (NUTS: energy, …)
+    params: dict | None = None  # fitted guide / type-II parameters (constrained; SVI and ML)
+    test: Prediction | None = None
+    metrics: dict | None = None
+    datatree: xr.DataTree | None = None
+
+    @property
+    def model(self) -> str:
+        return self.entry.name
+
+    @property
+    def n_features(self) -> int:
+        return int(np.shape(self.x_scaler.mean)[0])
+
+    @property
+    def chains(self) -> int:
+        return int(next(iter(self.sites.values())).shape[0]) if self.sites else 1
+
+    @property
+    def flat_sites(self) -> dict:
+        """Site draws with (chain, draw) flattened to one axis S."""
+        return {k: np.reshape(v, (-1,) + np.shape(v)[2:]) for k, v in self.sites.items()}
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Predictive mean of y* on the test split (original units)."""
+        return self._test().mean
+
+    @property
+    def var(self) -> np.ndarray:
+        """Predictive variance of y* on the test split (original units)."""
+        return self._test().var
+
+    def _test(self) -> Prediction:
+        if self.test is None:
+            raise SSGPError("this posterior has no test-split prediction; use predict(x_new)")
+        return self.test
+
+    def replace(self, **changes) -> Posterior:
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ prediction
+
+    def draw_moments(self, x_std, *, client=None, progress: bool = False) -> Moments:
+        """Per-draw f* moments at standardised inputs: the rule's own, or, for a closed-form rule
+        with draws of q (NCVMP), the degenerate f* of each draw (for the invariants)."""
+        if isinstance(self.rule, SiteRule) or not self.sites:
+            return self.rule.moments(x_std, client=client, progress=progress)
+        rule = SiteRule("degenerate", self.flat_sites)
+        mom = rule.moments(x_std)
+        return mom._replace(mean_f=mom.mean_f + self.y_centre, var_f=np.zeros_like(mom.var_f))
+
+    def predict_standardised(self, x_std, *, seed: int = 0, client=None,
+                             progress: bool = False) -> Prediction:
+        """:meth:`predict` at inputs already in the model's standardised units."""
+        x_std = np.asarray(x_std, np.float64)
+        check_test_inputs(np.zeros((1, self.n_features)), x_std)
+        lik = self.entry.spec(x_std.shape[1]).lik
+        mom = self.rule.moments(x_std, client=client, progress=progress)
+        if mom.noise is None:  # closed forms: var_f is already the variance of y*
+            from ssgp_ppl.metrics import mixture_moments
+
+            var_y = np.asarray(mom.var_f, np.float64)
+            mean, var = mixture_moments(np.asarray(mom.mean_f, np.float64), var_y)
+        else:
+            mean, var, var_y = y_moments(lik, mom.mean_f, mom.var_f, mom.noise)
+        scale = float(np.asarray(self.y_scaler.scale))
+        shift = float(np.asarray(self.y_scaler.inverse(np.zeros(()))))
+        num = int(np.prod(next(iter(self.sites.values())).shape[:2])) if self.sites else 1
+        draws = predictive_draws(lik, mom, seed, num=num)
+        return Prediction(mean * scale + shift, var * scale**2, np.asarray(mom.mean_f),
+                          np.asarray(mom.var_f), np.asarray(var_y), draws * scale + shift, scale,
+                          shift, lik.name == "gaussian" or mom.noise is None, mom.extra)
+
+    def predict(self, x_new, *, seed: int = 0, client=None, progress: bool = False) -> Prediction:
+        """The predictive of y* at ``x_new`` (n*, d) raw inputs in the training data's columns and
+        units: mean, variance, one y* draw per posterior draw, ``interval(level)``; original units
+        of the target."""
+        x_new = np.asarray(x_new, np.float64)
+        if x_new.ndim == 1:  # n* values of a single input, or one row of d inputs
+            x_new = x_new[:, None] if self.n_features == 1 else x_new[None]
+        return self.predict_standardised(self.x_scaler.transform(x_new), seed=seed, client=client,
+                                         progress=progress)
+
+    # ------------------------------------------------------------------ save / load
+
+    def save(self, path: str | Path) -> Path:
+        """One netCDF file: the DataTree (if any) plus a group with the rule's arrays, the sites,
+        the scalers and, as JSON attributes, the catalog configuration, method and info."""
+        from ssgp_ppl.io import write_datatree
+
+        path = Path(path)
+        arrays, rule_attrs = self.rule.state()
+        arrays = dict(arrays)
+        arrays.update({f"posterior_{k}": np.asarray(v) for k, v in self.sites.items()})
+        for name, sc in (("x_scaler", self.x_scaler), ("y_scaler", self.y_scaler)):
+            arrays[f"{name}_mean"], arrays[f"{name}_scale"] = np.asarray(sc.mean), np.asarray(sc.scale)
+        for k, v in (("log_p", self.log_p), ("log_q", self.log_q), ("losses", self.losses)):
+            if v is not None:
+                arrays[k] = np.asarray(v)
+        ds = xr.Dataset({k: (tuple(f"{k}_dim{i}" for i in range(np.ndim(v))), np.asarray(v))
+                         for k, v in arrays.items()})
+        meta = {"format": SAVE_FORMAT, "entry": {"name": self.entry.name, "path": str(self.entry.path),
+                                                 "config": self.entry.config},
+                "method": self.method, "dataset": self.dataset, "rule": rule_attrs,
+                "info": dataclasses.asdict(self.info), "y_centre": self.y_centre,
+                "metrics": self.metrics}
+        ds.attrs["ssgp_ppl"] = json.dumps(meta, allow_nan=True)
+        dt = self.datatree.copy() if self.datatree is not None else xr.DataTree()
+        dt[STATE_GROUP] = xr.DataTree(ds)
+        write_datatree(path, dt)
+        return path
+
+
+def load(path: str | Path, make_entry) -> Posterior:
+    """A :class:`Posterior` saved by :meth:`Posterior.save` (it predicts as the saved one did);
+    ``make_entry(name, path, config)`` rebuilds its catalog entry (:func:`ssgp_ppl.load`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SSGPError(f"{path}: no such file (save a posterior with Posterior.save)")
+    try:
+        dt = xr.open_datatree(os.fspath(path), engine="h5netcdf").load()
+    except (OSError, ValueError) as e:
+        raise SSGPError(f"{path}: not a saved posterior ({type(e).__name__}: {e})") from None
+    if STATE_GROUP not in dt.children:
+        raise SSGPError(f"{path}: not a saved posterior (no '{STATE_GROUP}' group; posterior.nc "
+                        "files of `ssgp-ppl fit` before save/load hold the DataTree only)")
+    ds = dt[STATE_GROUP].to_dataset()
+    meta = json.loads(ds.attrs["ssgp_ppl"])
+    if meta.get("format") != SAVE_FORMAT:
+        raise SSGPError(f"{path}: saved posterior format {meta.get('format')} is not {SAVE_FORMAT}")
+    arrays = {k: np.asarray(v.values) for k, v in ds.data_vars.items()}
+    e = meta["entry"]
+    entry = make_entry(e["name"], Path(e["path"]), e["config"])
+    sites = {k[len("posterior_"):]: v for k, v in arrays.items() if k.startswith("posterior_")}
+
+    def scaler(name):
+        return Scaler(arrays[f"{name}_mean"], arrays[f"{name}_scale"])
+
+    tree = dt.copy()
+    del tree[STATE_GROUP]
+    info = FitInfo(**meta["info"])
+    return Posterior(entry, meta["method"], meta["dataset"], sites, rule_from_state(arrays, meta["rule"]),
+                     scaler("x_scaler"), scaler("y_scaler"), info, arrays.get("log_p"),
+                     arrays.get("log_q"), arrays.get("losses"), float(meta["y_centre"]),
+                     metrics=meta["metrics"], datatree=tree if tree.children else None)

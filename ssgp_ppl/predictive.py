@@ -1,0 +1,457 @@
+"""Predictive rules: the predictive of y* at new inputs, for every method (one module).
+
+Per posterior draw of the sites, f* has Gaussian moments under one of three rules:
+
+* ``marginal``: s integrated out on all training data (Lázaro-Gredilla et al. 2010, eq. 7);
+* ``degenerate``: f* = φ_θ(x*)ᵀs (Hoang et al. 2017, Prop. 1 with γ = 1; VSSGP), or with s
+  integrated under a Gaussian q(s | θ);
+* ``local``: the γ-family with the test point's partition of the training data (Hoang et al. 2017,
+  Prop. 1).
+
+Two closed forms hold one Gaussian per test point: NCVMP's (Tan et al. 2016, §5) and the
+adaptive-neighbourhood fits (Tan et al. 2016, §6). :func:`y_moments` turns the per-draw f*
+moments into the moments of y* under the entry's likelihood (the moment-matched mixture for the
+Gaussian, P(y* = 1) for the probit, E[y*] for the Poisson).
+
+A rule object (:class:`SiteRule`, :class:`NCVMPRule`, :class:`LocalFitsRule`) holds what it needs
+(draws, training rows, partitions, variational state) and computes ``moments(x)`` in the model's
+standardised units; :meth:`state` / :func:`rule_from_state` save and restore it as arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+from scipy.special import ndtr, ndtri
+
+from ssgp_ppl import ncvmp, spectral
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.linalg import cholesky
+from ssgp_ppl.metrics import mixture_moments
+from ssgp_ppl.neighbourhoods import LocalResult, local_predict
+from ssgp_ppl.partitions import Partitions
+
+
+def marginal_predictive(x_train, y_train, x_test, frequencies, signal, noise):
+    """Exact SSGP predictive of f* given θ with s integrated on all training data (LG 2010 eq. 7).
+
+    mean = φ*ᵀA⁻¹Φᵀy, var = σ_n² φ*ᵀA⁻¹φ*, A = ΦᵀΦ + (mσ_n²/σ_s²) I. Returns (mean, var) of f*.
+    """
+    phi = spectral.features(x_train, frequencies)
+    phi_star = spectral.features(x_test, frequencies)
+    two_m = phi.shape[1]
+    a = phi.T @ phi + (two_m // 2) * noise**2 / signal**2 * jnp.eye(two_m, dtype=phi.dtype)
+    chol = cholesky(a)  # jitter escalation (ssgp_ppl.linalg)
+    w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ y_train)
+    v = solve_triangular(chol, phi_star.T, lower=True)  # (2m, n*)
+    return phi_star @ w, noise**2 * jnp.sum(v**2, axis=0)
+
+
+def degenerate_predictive(x_test, frequencies, nuisance, nuisance_tril=None):
+    """γ = 1 test conditional f* = φ_θ(x*)ᵀ s (Hoang et al. 2017, Prop. 1 with γ = 1; VSSGP).
+
+    With ``nuisance_tril`` L, ``nuisance`` is the mean of a Gaussian q(s | θ) = N(μ, LLᵀ) and s is
+    integrated out: f* | θ ~ N(φ*ᵀμ, ‖Lᵀφ*‖²) (the same predictive, Rao-Blackwellised over s).
+    """
+    phi = spectral.features(x_test, frequencies)
+    mean = phi @ nuisance
+    if nuisance_tril is None:
+        return mean, jnp.zeros_like(mean)
+    return mean, jnp.sum((phi @ nuisance_tril) ** 2, axis=-1)
+
+
+def local_conditional(x_test, test_block, x_train, y_train, blocks, mask, frequencies, nuisance,
+                      signal, noise, gamma: float, *, block_batch: int = 32, test_batch: int = 1024):
+    """γ-family test conditional with the test point's local data (Hoang et al. 2017, Prop. 1), one draw α.
+
+    For x* in partition k: μ = γ φ*ᵀs + (1−γ) φ*ᵀΓ_k⁻¹Φ_kᵀy_k, σ² = (1−γ²) σ_n² φ*ᵀΓ_k⁻¹φ*,
+    Γ_k = Φ_kᵀΦ_k + σ_n²Λ⁻¹ = Φ_kᵀΦ_k + (mσ_n²/σ_s²) I (Φ_k the (n_k, 2m) design matrix).
+    γ = 1 is VSSGP's degenerate conditional; γ = 0 is SSGP's predictive on the local data.
+
+    test_block: (n*,) index into ``blocks``/``mask`` ((u, size) padded rows of the partitions
+    that hold test points). Memory is bounded by ``block_batch`` blocks and ``test_batch`` test
+    points at a time.
+    """
+    if nuisance is None and gamma != 0.0:
+        raise SSGPError("the local conditional with gamma != 0 needs the nuisance draw s")
+    two_m = 2 * frequencies.shape[0]
+    ratio = (two_m // 2) * noise**2 / signal**2
+
+    def block(args):
+        idx, msk = args
+        phi = spectral.features(x_train[idx], frequencies) * msk[:, None]
+        a = phi.T @ phi + ratio * jnp.eye(two_m, dtype=phi.dtype)
+        chol = cholesky(a)  # jitter escalation (ssgp_ppl.linalg)
+        w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ (y_train[idx] * msk))
+        return chol, w
+
+    chols, ws = jax.lax.map(block, (blocks, mask), batch_size=block_batch)
+
+    def point(args):
+        x, k = args
+        phi = spectral.features(x[None], frequencies)[0]
+        v = solve_triangular(chols[k], phi, lower=True)
+        mean = (1.0 - gamma) * phi @ ws[k]
+        if nuisance is not None:
+            mean = mean + gamma * phi @ nuisance
+        return mean, (1.0 - gamma**2) * noise**2 * v @ v
+
+    return jax.lax.map(point, (x_test, test_block), batch_size=test_batch)
+
+
+RULES = ("marginal", "degenerate", "local")
+
+
+class LocalData(NamedTuple):
+    """What the ``local`` rule needs besides the draws: the padded blocks holding test points,
+    each test point's index into them, and γ."""
+
+    blocks: jax.Array  # (u, size) int32
+    mask: jax.Array  # (u, size) bool
+    test_block: jax.Array  # (n*,) int32 in [0, u)
+    gamma: float
+
+
+def local_data(partitions, x_test, gamma: float) -> LocalData:
+    """Assign test inputs to their nearest partition and keep only the blocks they use."""
+    if not -1.0 <= gamma <= 1.0:
+        raise SSGPError(f"gamma must be in [-1, 1], got {gamma}")
+    assign = partitions.assign(x_test)
+    used, test_block = np.unique(assign, return_inverse=True)
+    return LocalData(jnp.asarray(partitions.blocks[used]), jnp.asarray(partitions.mask[used]),
+                     jnp.asarray(test_block.astype(np.int32)), float(gamma))
+
+
+@partial(jax.jit, static_argnames=("gamma",))
+def _local_draws(sites, x_train, y_train, x_test, blocks, mask, test_block, *, gamma):
+    """local_conditional for each draw in turn (lax.map bounds memory to one draw at a time)."""
+
+    def one(site):
+        return local_conditional(x_test, test_block, x_train, y_train, blocks, mask,
+                                 site["frequencies"], site.get("nuisance"), site["signal"],
+                                 site["noise"], gamma)
+
+    return jax.lax.map(one, sites)
+
+
+DRAW_BATCH = 8  # draws evaluated at once: memory (draws × n × 2m) stays bounded at any S
+
+
+@jax.jit
+def _marginal_draws(sites, x_train, y_train, x_test):
+    return jax.lax.map(lambda st: marginal_predictive(x_train, y_train, x_test, st["frequencies"],
+                                                      st["signal"], st["noise"]),
+                       sites, batch_size=DRAW_BATCH)
+
+
+@jax.jit
+def _degenerate_draws(sites, x_test):
+    return jax.lax.map(lambda st: degenerate_predictive(x_test, st["frequencies"], st["nuisance"],
+                                                        st.get("nuisance_tril")),
+                       sites, batch_size=DRAW_BATCH)
+
+
+def check_test_inputs(x_train, x_test) -> None:
+    """Test inputs must have the training inputs' columns (one clear error, not a shape error)."""
+    if x_train is None:  # rules that do not read the training data
+        return
+    d, d_star = np.shape(x_train)[-1], np.shape(x_test)[-1]
+    if np.ndim(x_test) != 2 or d_star != d:
+        raise SSGPError(f"test inputs have {d_star if np.ndim(x_test) == 2 else np.shape(x_test)} "
+                        f"columns but the model was built for {d} (the training inputs')")
+
+
+def predict_draws(rule: str, sites: dict, x_train, y_train, x_test, local: LocalData | None = None):
+    """Per-draw predictive (mean_f, var_f) (S, n*) under ``rule`` from site values (S, ...)."""
+    check_test_inputs(x_train, x_test)
+    if rule == "local":
+        if local is None:
+            raise SSGPError("the local rule needs partitions (LocalData)")
+        if local.gamma != 0.0 and "nuisance" not in sites:
+            raise SSGPError("the local rule with gamma != 0 needs sampled nuisance variables s")
+
+        keep = {k: sites[k] for k in ("frequencies", "nuisance", "signal", "noise") if k in sites}
+        return _local_draws(keep, x_train, y_train, x_test, local.blocks, local.mask,
+                            local.test_block, gamma=local.gamma)
+    if rule == "marginal":
+        keep = {k: sites[k] for k in ("frequencies", "signal", "noise")}
+        return _marginal_draws(keep, x_train, y_train, x_test)
+    if rule == "degenerate":
+        if "nuisance" not in sites:
+            raise SSGPError("the degenerate predictive needs sampled nuisance variables s")
+        keep = ("frequencies", "nuisance", "nuisance_tril")
+        return _degenerate_draws({k: sites[k] for k in keep if k in sites}, x_test)
+    raise SSGPError(f"unknown predictive rule {rule!r}; known: {', '.join(RULES)}")
+
+
+# ---------------------------------------------------------------------------- y* moments
+
+
+def y_moments(lik, mean_f, var_f, noise=None):
+    """Moments of y* (n*,) in the model's units from per-draw f* moments (S, n*).
+
+    Gaussian / Student-t: the equal-weight mixture of N(mean_f[s], var_f[s] + noise variance)
+    moment-matched (law of total variance; Nguyen & Bonilla 2014, eqs. 37-38); probit: P(y* = 1) =
+    mean_s Φ(μ_s/√(1 + v_s)) and its Bernoulli variance; Poisson: E[y*] = mean_s exp(μ_s + v_s/2),
+    Var y* = E rate + Var rate. Returns (mean, var, var_y) with var_y the per-draw variance of y*
+    (of f* where the likelihood is not continuous).
+    """
+    mf, vf = np.asarray(mean_f, np.float64), np.asarray(var_f, np.float64)
+    if lik.name == "probit":
+        p = np.mean(ndtr(mf / np.sqrt(1.0 + vf)), axis=0)
+        return p, p * (1.0 - p), vf
+    if lik.name == "poisson":
+        rate = np.exp(mf + 0.5 * vf)
+        mean = rate.mean(0)
+        return mean, mean + np.mean(np.exp(2 * mf + 2 * vf), 0) - mean**2, vf
+    var_y = vf + np.asarray(lik.noise_variance(np.asarray(noise, np.float64)[:, None]))
+    mean, var = mixture_moments(mf, var_y)
+    return mean, var, var_y
+
+
+class Moments(NamedTuple):
+    """Per-draw moments of f* and y* (S, n*) in the model's units, and a rule's extras."""
+
+    mean_f: np.ndarray
+    var_f: np.ndarray
+    noise: np.ndarray | None  # (S,) likelihood scale per draw; None where var_f includes it
+    extra: dict | None = None  # rule-specific arrays (the local fits' μ_λ, bounds, …)
+
+
+class Prediction(NamedTuple):
+    """The predictive of y* at n* inputs, in the original units of the target.
+
+    ``mean``, ``var``: (n*,) moments of y*; ``mean_f``, ``var_f``, ``var_y``: (S, n*) per draw in
+    the model's standardised units; ``draws``: (S, n*) one y* draw per posterior draw (original
+    units); ``gaussian``: whether y* | draw is Gaussian (exact mixture quantiles).
+    """
+
+    mean: np.ndarray
+    var: np.ndarray
+    mean_f: np.ndarray
+    var_f: np.ndarray
+    var_y: np.ndarray
+    draws: np.ndarray
+    y_scale: float
+    y_shift: float
+    gaussian: bool
+    extra: dict | None = None
+
+    def interval(self, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+        """Central ``level`` interval of y* (n*,) each: the exact quantiles of the Gaussian mixture
+        (bisection, float64) for a Gaussian likelihood, else the empirical quantiles of ``draws``."""
+        if not 0.0 < level < 1.0:
+            raise SSGPError(f"interval level must lie strictly between 0 and 1, got {level!r}")
+        lo_p, hi_p = (1.0 - level) / 2.0, (1.0 + level) / 2.0
+        if not self.gaussian:
+            return (np.quantile(self.draws, lo_p, axis=0), np.quantile(self.draws, hi_p, axis=0))
+        return (self._quantile(lo_p), self._quantile(hi_p))
+
+    def _quantile(self, p: float) -> np.ndarray:
+        mu = np.asarray(self.mean_f, np.float64)
+        sd = np.sqrt(np.asarray(self.var_y, np.float64))
+        lo = np.min(mu + ndtri(p) * sd, axis=0)  # the mixture quantile lies between the extremes
+        hi = np.max(mu + ndtri(p) * sd, axis=0)
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            below = np.mean(ndtr((mid - mu) / sd), axis=0) < p
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        return 0.5 * (lo + hi) * self.y_scale + self.y_shift
+
+
+def predictive_draws(lik, moments: Moments, seed: int, num: int = 1) -> np.ndarray:
+    """y* draws (model units), one per draw of ``moments`` (``num`` when there is one draw, a
+    closed-form predictive): f ~ N(mean_f, var_f), y* ~ p(y | f) (noise included by the likelihood
+    or, where ``moments.noise`` is None, already in var_f)."""
+    mean_f = np.asarray(moments.mean_f, np.float64)
+    reps = num if mean_f.shape[0] == 1 else 1
+    mean_f = np.repeat(mean_f, reps, 0)
+    var_f = np.repeat(np.asarray(moments.var_f, np.float64), reps, 0)
+    if lik.name == "gaussian" or moments.noise is None:
+        var = var_f if moments.noise is None else var_f + np.repeat(
+            np.asarray(moments.noise, np.float64), reps)[:, None] ** 2
+        rng = np.random.default_rng(seed + 2)
+        return mean_f + np.sqrt(var) * rng.standard_normal(mean_f.shape)
+    key_f, key_y = jax.random.split(jax.random.PRNGKey(seed + 2))
+    mf, vf = jnp.asarray(mean_f), jnp.asarray(var_f)
+    f = mf + jnp.sqrt(vf) * jax.random.normal(key_f, mf.shape, mf.dtype)
+    scale = jnp.ones(()) if moments.noise is None else jnp.repeat(jnp.asarray(moments.noise), reps)[:, None]
+    return np.asarray(lik.distribution(f, scale).sample(key_y), np.float64)
+
+
+def predict_sites(sites: dict, data, rule: str, *, gamma: float = 0.0, partitions=None,
+                  x_test=None, lik=None, seed: int = 0) -> Prediction:
+    """The predictive of y* at ``x_test`` (standardised; default the test split of ``data``) from
+    flat site draws (S, ...) under ``rule``, in original units (``data``'s y scaler). A shortcut
+    for scripts that hold draws rather than a Posterior (:meth:`Posterior.predict`)."""
+    from ssgp_ppl import likelihoods
+
+    lik = lik or likelihoods.GAUSSIAN
+    r = SiteRule(rule, sites, np.asarray(data.x_train), np.asarray(data.y_train), gamma, partitions)
+    mom = r.moments(np.asarray(data.x_test if x_test is None else x_test))
+    mean, var, var_y = y_moments(lik, mom.mean_f, mom.var_f, mom.noise)
+    scale = float(np.asarray(data.y_scaler.scale))
+    shift = float(np.asarray(data.y_scaler.inverse(np.zeros(()))))
+    draws = predictive_draws(lik, mom, seed) * scale + shift
+    return Prediction(mean * scale + shift, var * scale**2, mom.mean_f, mom.var_f, var_y, draws,
+                      scale, shift, lik.name == "gaussian")
+
+
+# ---------------------------------------------------------------------------- rule objects
+
+
+def _map_rows(fn, x, client):
+    """``fn(x)`` (a tuple of (S, n*) arrays), on a Dask cluster in row chunks when ``client``."""
+    if client is None:
+        return fn(x)
+    from ssgp_ppl.cluster import map_rows
+
+    return map_rows(fn, x, client)
+
+
+@dataclass(frozen=True, eq=False)
+class SiteRule:
+    """``marginal``, ``degenerate`` or ``local`` over posterior draws of the sites (S, ...)."""
+
+    closed_form = False  # one Gaussian per draw of the sites
+    kind: str
+    sites: dict  # frequencies, signal, noise, nuisance (nuisance_tril where s is integrated)
+    x_train: np.ndarray | None = None  # standardised training rows (marginal, local)
+    y_train: np.ndarray | None = None
+    gamma: float = 0.0
+    partitions: Partitions | None = None
+
+    def __post_init__(self):
+        if self.kind not in RULES:
+            raise SSGPError(f"unknown predictive rule {self.kind!r}; known: {', '.join(RULES)}")
+        if self.kind == "local" and self.partitions is None:
+            raise SSGPError("the local rule needs partitions of the training rows")
+
+    def _f(self, x):
+        local = local_data(self.partitions, x, self.gamma) if self.kind == "local" else None
+        xt = None if self.x_train is None else jnp.asarray(self.x_train)
+        yt = None if self.y_train is None else jnp.asarray(self.y_train)
+        mean_f, var_f = predict_draws(self.kind, self.sites, xt, yt, jnp.asarray(x), local)
+        return np.asarray(mean_f), np.asarray(var_f)
+
+    def moments(self, x, *, client=None, progress: bool = False) -> Moments:
+        mean_f, var_f = _map_rows(self._f, np.asarray(x), client)
+        noise = self.sites.get("noise")
+        return Moments(mean_f, var_f, None if noise is None else np.asarray(noise))
+
+    def state(self) -> tuple[dict, dict]:
+        arrays = {f"site_{k}": np.asarray(v) for k, v in self.sites.items()}
+        if self.x_train is not None:
+            arrays.update(x_train=np.asarray(self.x_train), y_train=np.asarray(self.y_train))
+        if self.partitions is not None:
+            arrays.update({f"partitions_{k}": np.asarray(v)
+                           for k, v in self.partitions._asdict().items()})
+        return arrays, {"rule": "sites", "kind": self.kind, "gamma": float(self.gamma)}
+
+
+@dataclass(frozen=True, eq=False)
+class NCVMPRule:
+    """NCVMP's closed-form predictive of y* (Tan et al. 2016, §5), one Gaussian per point."""
+
+    closed_form = True
+    state_: ncvmp.NCVMPState
+    points: np.ndarray  # (m, d) the spectral points of the fit
+    n: int
+    prior: ncvmp.TanPrior
+    ybar: float  # training mean the fit was centred on
+
+    def _f(self, x):
+        mean, var = ncvmp.predictive(self.state_, jnp.asarray(self.points), jnp.asarray(x), self.n,
+                                     self.prior)
+        return np.asarray(mean)[None] + self.ybar, np.asarray(var)[None]
+
+    def moments(self, x, *, client=None, progress: bool = False) -> Moments:
+        mean, var = _map_rows(self._f, np.asarray(x), client)
+        return Moments(mean, var, None)
+
+    def state(self) -> tuple[dict, dict]:
+        arrays = {f"ncvmp_{k}": np.asarray(v) for k, v in self.state_._asdict().items()}
+        arrays.update(points=np.asarray(self.points), prior_mu0=np.asarray(self.prior.mu0),
+                      prior_sigma0=np.asarray(self.prior.sigma0))
+        return arrays, {"rule": "ncvmp", "n": int(self.n), "ybar": float(self.ybar),
+                        "a_signal": float(self.prior.a_signal), "a_noise": float(self.prior.a_noise)}
+
+
+@dataclass(frozen=True, eq=False)
+class LocalFitsRule:
+    """Adaptive-neighbourhood fits (Tan et al. 2016, §6): a local NCVMP fit per new input."""
+
+    closed_form = True
+    x_train: np.ndarray
+    y_train: np.ndarray
+    prior: ncvmp.TanPrior
+    m: int
+    k: int
+    settings: ncvmp.NCVMPSettings
+    spectral_seed: int
+    adapt: bool = True
+    batch: int = 1
+    desc: str = "local"
+    options: dict = field(default_factory=dict)
+
+    def moments(self, x, *, client=None, progress: bool = False) -> Moments:
+        kw: dict[str, Any] = dict(m=self.m, k=self.k, settings=self.settings,
+                                  key=jax.random.PRNGKey(self.spectral_seed), adapt=self.adapt,
+                                  batch=self.batch)
+        if client is None:
+            out = local_predict(self.x_train, self.y_train, np.asarray(x), self.prior,
+                                progress=progress, desc=self.desc, **kw)
+        else:
+            from ssgp_ppl.cluster import local_predict_distributed
+
+            out = local_predict_distributed(self.x_train, self.y_train, np.asarray(x), self.prior,
+                                            client=client, **kw)
+        return Moments(np.asarray(out.mean)[None], np.asarray(out.var)[None], None,
+                       extra=out._asdict())
+
+    def state(self) -> tuple[dict, dict]:
+        arrays = dict(x_train=np.asarray(self.x_train), y_train=np.asarray(self.y_train),
+                      prior_mu0=np.asarray(self.prior.mu0),
+                      prior_sigma0=np.asarray(self.prior.sigma0))
+        return arrays, {"rule": "local_fits", "m": self.m, "k": self.k,
+                        "settings": list(self.settings), "spectral_seed": self.spectral_seed,
+                        "adapt": bool(self.adapt), "batch": self.batch,
+                        "a_signal": float(self.prior.a_signal), "a_noise": float(self.prior.a_noise)}
+
+
+def _prior(arrays: dict, attrs: dict) -> ncvmp.TanPrior:
+    return ncvmp.TanPrior(jnp.asarray(arrays["prior_mu0"]), jnp.asarray(arrays["prior_sigma0"]),
+                          float(attrs["a_signal"]), float(attrs["a_noise"]))
+
+
+def rule_from_state(arrays: dict, attrs: dict):
+    """The rule object :meth:`SiteRule.state` (or the others') saved."""
+    kind = attrs["rule"]
+    if kind == "sites":
+        parts = None
+        if "partitions_blocks" in arrays:
+            parts = Partitions(*(arrays[f"partitions_{k}"] for k in Partitions._fields))
+        sites = {k[len("site_"):]: jnp.asarray(v) for k, v in arrays.items() if k.startswith("site_")}
+        return SiteRule(attrs["kind"], sites, arrays.get("x_train"), arrays.get("y_train"),
+                        float(attrs["gamma"]), parts)
+    if kind == "ncvmp":
+        state = ncvmp.NCVMPState(*(jnp.asarray(arrays[f"ncvmp_{k}"])
+                                   for k in ncvmp.NCVMPState._fields))
+        return NCVMPRule(state, arrays["points"], int(attrs["n"]), _prior(arrays, attrs),
+                         float(attrs["ybar"]))
+    if kind == "local_fits":
+        settings = ncvmp.NCVMPSettings(*attrs["settings"])
+        return LocalFitsRule(arrays["x_train"], arrays["y_train"], _prior(arrays, attrs),
+                             int(attrs["m"]), int(attrs["k"]), settings,
+                             int(attrs["spectral_seed"]), bool(attrs["adapt"]), int(attrs["batch"]))
+    raise SSGPError(f"unknown saved predictive rule {kind!r}")
+
+
+__all__ = ["RULES", "LocalResult", "Moments", "Prediction", "SiteRule", "NCVMPRule",
+           "LocalFitsRule", "y_moments", "predict_draws", "rule_from_state"]

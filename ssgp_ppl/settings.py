@@ -1,0 +1,79 @@
+"""Declarative settings: a :class:`Field` per key, validated with the file and dotted key named.
+
+The catalog (:mod:`ssgp_ppl.entry`), every inference method (:mod:`ssgp_ppl.methods`) and the
+predictive use these to declare and check their own TOML tables.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, NamedTuple
+
+from ssgp_ppl.errors import SSGPError
+
+
+class Field(NamedTuple):
+    """One catalog key: its type, default, allowed values / bounds and a one-line doc."""
+
+    type: type | tuple
+    default: Any
+    doc: str
+    choices: tuple | None = None
+    low: float | None = None  # inclusive lower bound
+    high: float | None = None  # inclusive upper bound
+    open_low: bool = False  # lower bound exclusive
+
+
+def check_value(f: Field, value, where: str) -> None:
+    """One SSGPError naming ``where`` if ``value`` is not of ``f``'s type, choices or bounds."""
+    types = f.type if isinstance(f.type, tuple) else (f.type,)
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+        want = " or ".join(t.__name__ for t in types)
+        raise SSGPError(f"{where}: expected {want}, got {type(value).__name__} {value!r}")
+    items = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and not value:
+        raise SSGPError(f"{where}: must not be empty")
+    for v in items:
+        if isinstance(v, float) and not math.isfinite(v):  # TOML and --set accept nan and inf
+            raise SSGPError(f"{where}: must be a finite number, got {v!r}")
+        if f.choices is not None and v not in f.choices:
+            raise SSGPError(f"{where}: {v!r} is not one of {', '.join(map(str, f.choices))}")
+        if f.low is not None and (v < f.low or (f.open_low and v == f.low)):
+            op = ">" if f.open_low else ">="
+            raise SSGPError(f"{where}: must be {op} {f.low}, got {v!r}")
+        if f.high is not None and v > f.high:
+            raise SSGPError(f"{where}: must be <= {f.high}, got {v!r}")
+
+
+def validate(raw: dict, schema: dict, prefix: str, src: str) -> dict:
+    """``raw`` checked against ``schema`` (nested dicts of :class:`Field`), defaults filled in."""
+    out = {}
+    for key in raw:
+        if key not in schema:
+            where = f"{prefix}{key}"
+            known = ", ".join(schema)
+            raise SSGPError(f"{src}: unknown key '{where}' (known here: {known})")
+    for key, f in schema.items():
+        where = f"{src}: {prefix}{key}"
+        if isinstance(f, dict):
+            sub = raw.get(key, {})
+            if not isinstance(sub, dict):
+                raise SSGPError(f"{where}: expected a table")
+            out[key] = validate(sub, f, f"{prefix}{key}.", src)
+        elif key in raw:
+            check_value(f, raw[key], where)
+            out[key] = float(raw[key]) if f.type == (int, float) else raw[key]
+        elif f.default is None:
+            raise SSGPError(f"{where}: required key is missing")
+        else:
+            out[key] = copy.copy(f.default)
+    return out
+
+
+def leaf_paths(schema: dict, prefix=()) -> list[tuple[str, ...]]:
+    """Every key of ``schema`` as a tuple path."""
+    paths = []
+    for k, f in schema.items():
+        paths += leaf_paths(f, prefix + (k,)) if isinstance(f, dict) else [prefix + (k,)]
+    return paths
