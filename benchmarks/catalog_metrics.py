@@ -15,9 +15,9 @@ import sys
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, before numpy
 
-from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
 from ssgp_ppl.datasets import load  # noqa: E402
-from ssgp_ppl.fit import fit, metrics_record  # noqa: E402
+from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
+from ssgp_ppl.pipeline import fit, metrics_record  # noqa: E402
 
 
 def main() -> None:
@@ -35,7 +35,8 @@ def main() -> None:
                 for method in entry.methods:
                     res = fit(entry, data, method, seed=split, progress=False)
                     rec = metrics_record(res, data) | {"split": split}
-                    rec.update({k: v for k, v in res.info.items() if k in ("divergences", "converged")})
+                    rec.update({k: v for k in ("divergences", "converged")
+                                if (v := getattr(res.info, k)) is not None})
                     print(json.dumps(rec), file=sys.stderr, flush=True)
                     out.append(rec)
     print(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} cpu",

@@ -20,9 +20,9 @@ import platform
 import sys
 import time
 
-from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
-from ssgp_ppl.fit import fit
+from ssgp_ppl.entry import load_entry
+from ssgp_ppl.pipeline import fit
 from ssgp_ppl.selection import select_beta
 
 KEEP = ("nll", "nmse", "rmse", "mnlp", "coverage_90", "error_rate", "mre")
@@ -40,7 +40,7 @@ def run(entry, data, label, steps, select: bool, seed: int = 0) -> dict:
         rec["beta"] = entry.settings("svi")["beta"]
     res = fit(entry, data, seed=seed, steps=steps, progress=False)
     rec.update({k: float(v) for k, v in res.metrics.items() if k in KEEP})
-    rec.update(steps=res.info["steps"], seconds=time.perf_counter() - t0)
+    rec.update(steps=res.info.steps, seconds=time.perf_counter() - t0)
     print(json.dumps({k: v for k, v in rec.items() if k not in ("grid", "validation")}),
           file=sys.stderr, flush=True)
     return rec

@@ -32,8 +32,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ssgp_ppl import catalog, datasets, fit, ncvmp  # noqa: E402
+from ssgp_ppl import datasets, ncvmp, pipeline  # noqa: E402
+from ssgp_ppl.entry import load_entry  # noqa: E402
 from ssgp_ppl.io import print_json  # noqa: E402
+from ssgp_ppl.methods.ncvmp import algorithm_settings, spectral_candidates  # noqa: E402
 from ssgp_ppl.neighbourhoods import local_predict  # noqa: E402
 
 
@@ -66,12 +68,12 @@ def nuts(a) -> dict:
     leave them unchanged, so their ESS is meaningful where the sites' is not)."""
     from arviz_stats import ess, rhat
 
-    base = catalog.load_entry(a.model)
+    base = load_entry(a.model)
     data = datasets.load("pendulum", x_scaling=base.config["data"]["x_scaling"])
     entry = base.with_overrides(
         [f"m={a.m}", f"nuts.warmup={a.warmup}", f"nuts.samples={a.samples}", f"nuts.chains={a.chains}"])
     t = time.perf_counter()
-    res = fit.fit(entry, data, "nuts", seed=a.seed, progress=False)
+    res = pipeline.fit(entry, data, "nuts", seed=a.seed, progress=False)
     wall = time.perf_counter() - t
     inv = res.datatree["invariants"].to_dataset()
     stats = res.datatree["sample_stats"]
@@ -79,8 +81,8 @@ def nuts(a) -> dict:
     out = {"experiment": "nuts", "model": a.model, "m": a.m, "chains": a.chains,
            "warmup": a.warmup, "samples": a.samples, "chain_method":
            "parallel" if jax.local_device_count() >= a.chains else "vectorized",
-           "wall_seconds": wall, "nuts_seconds": res.info["fit_seconds"],
-           "divergences": res.info["divergences"], "quantities": {}}
+           "wall_seconds": wall, "nuts_seconds": res.info.fit_seconds,
+           "divergences": res.info.divergences, "quantities": {}}
     if steps is not None:  # leapfrog steps (gradient evaluations) per draw, post-warm-up draws
         out["leapfrog_per_draw_mean"] = float(steps.mean())
         out["leapfrog_per_draw_max"] = int(steps.max())
@@ -92,7 +94,7 @@ def nuts(a) -> dict:
         out["quantities"][name] = {
             "components": int(bulk.size), "ess_bulk_min": float(np.nanmin(bulk)),
             "ess_bulk_median": float(np.nanmedian(bulk)), "ess_tail_min": float(np.nanmin(tail)),
-            "ess_bulk_min_per_s": float(np.nanmin(bulk) / res.info["fit_seconds"]),
+            "ess_bulk_min_per_s": float(np.nanmin(bulk) / res.info.fit_seconds),
             "rhat_max": float(np.nanmax(rh))}
     out["metrics"] = {k: res.metrics[k] for k in ("nmse", "mnlp", "coverage_90")}
     return out
@@ -106,11 +108,11 @@ def _kin40k_400():
 def ncvmp_bench(a) -> dict:
     """NCVMP (the catalog's tan_va settings: Algorithm 2 with its restarts) on 400 rows, m = 20."""
     data = _kin40k_400()
-    entry = catalog.load_entry("tan_va").with_overrides(["m=20"])
+    entry = load_entry("tan_va").with_overrides(["m=20"])
     spec = entry.spec(data.n_features)
-    prior, settings = ncvmp.tan_prior(spec), fit.ncvmp_settings(entry)
+    prior, settings = ncvmp.tan_prior(spec), algorithm_settings(entry)
     x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
-    sets = fit.spectral_candidates(entry, spec, settings.restarts)
+    sets = spectral_candidates(entry, spec, settings.restarts)
     first, warm, all_warm, res = _timed(lambda: ncvmp.fit_ncvmp(x, y - y.mean(), sets, prior, settings),
                                         a.repeats)
     return {"experiment": "ncvmp", "n": data.n_train, "m": spec.m, "d": spec.d,
@@ -123,9 +125,9 @@ def local_bench(a) -> dict:
     """Adaptive-neighbourhood prediction (Tan et al. 2016, §6; tan_local's settings) of 100 test points
     with k = 60 from 1000 training rows: two local NCVMP fits per point (Euclidean, then eq. 16)."""
     data = datasets.load("kin40k", subsample=1200, x_scaling="minmax")  # 1098 / 102 rows
-    entry = catalog.load_entry("tan_local").with_overrides(["m=20", f"k={a.k}"])
+    entry = load_entry("tan_local").with_overrides(["m=20", f"k={a.k}"])
     spec = entry.spec(data.n_features)
-    prior, settings = ncvmp.tan_prior(spec), fit.ncvmp_settings(entry)
+    prior, settings = ncvmp.tan_prior(spec), algorithm_settings(entry)
     lc = entry.settings("local")
     x_test = data.x_test[: a.points]
     x_train, y_train = data.x_train[:1000], data.y_train[:1000]
@@ -166,11 +168,11 @@ def airline(a) -> dict:
 def devices(a) -> dict:
     """Steady-state svbssgp step time (AIRLINE rows, a = 10 blocks of 100 rows = 1000 rows a step)
     with the step's rows split over 1, 2 and 4 JAX devices (ssgp_ppl.sharding)."""
-    from ssgp_ppl.inference import run_svi
+    from ssgp_ppl.inference import Batching, Schedule, run_svi
     from ssgp_ppl.partitions import kmeans_partitions
 
     data = datasets.load("airline", subsample=a.rows)
-    entry = catalog.load_entry("svbssgp").with_overrides(["m=20"])
+    entry = load_entry("svbssgp").with_overrides(["m=20"])
     spec = entry.spec(data.n_features)
     model = entry.model(spec)
     guide = entry.guide(spec, model)
@@ -179,8 +181,9 @@ def devices(a) -> dict:
     for dev in [d for d in (1, 2, 4) if d <= len(jax.devices())]:
         runs = []
         for rep in range(a.repeats):
-            res = run_svi(model, guide, data.x_train, data.y_train, steps=a.steps, partitions=parts,
-                          per_step=10, chunk=a.chunk, seed=rep, tol=0.0, min_steps=10**9,
+            res = run_svi(model, guide, data.x_train, data.y_train,
+                          Schedule(a.steps, chunk=a.chunk, tol=0.0, min_steps=10**9),
+                          batching=Batching(partitions=parts, per_step=10), seed=rep,
                           progress=False, devices=dev)
             runs.append((res.seconds - res.first_chunk[1]) / (res.steps - res.first_chunk[0]))
         rows.append({"devices": dev, "ms_per_step": 1e3 * float(np.median(runs)),

@@ -45,8 +45,8 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, logsumexp
 from jax.scipy.stats import norm
 
+from ssgp_ppl.guides import initial_components
 from ssgp_ppl.linalg import cholesky
-from ssgp_ppl.mixture import initial_components
 from ssgp_ppl.spectral import TWO_PI, features
 
 HAND_WRITTEN = "hand_written"
@@ -289,7 +289,7 @@ def _theta_init(spec):
 
 
 def _alpha_init(spec, init_scale):
-    """b₀ = vec(θ₀, 0) and σ₀ (``ssgp_ppl.guides._alpha_init``)."""
+    """b₀ = vec(θ₀, 0) and σ₀ (``ssgp_ppl.guides.alpha_init``)."""
     theta0 = _theta_init(spec)
     theta_sd = jnp.full(theta0.shape, 1.0 / (TWO_PI * spec.lengthscales.value))
     s_sd = jnp.full((2 * spec.m,), spec.signal.value / jnp.sqrt(spec.m))
@@ -750,45 +750,55 @@ def hand_written(entry, spec, method: str, *, n_total: int) -> Reference:
                                  gradient=cfg["gradient"], init_scale=init_scale)
 
 
-def plain_loop(model, guide, objective, x_b, y_b, kw_b, *, num_particles: int = 1,
-               seed: int = 0) -> Reference:
+def plain_loop(model, guide, loss, x_b, y_b, kw_b, *, seed: int = 0) -> Reference:
     """The package's own loss as a pure function of NumPyro's unconstrained params:
-    ``objective.loss(key, constrain(params), model, guide, x, y, **kw)`` (``Trace_ELBO`` when
-    ``objective`` is None), with the initial params of ``SVI.init`` on the batch (x_b, y_b, kw_b)."""
+    ``loss.loss(key, constrain(params), model, guide, x, y, **kw)`` (``Trace_ELBO()`` when
+    ``loss`` is None, as run_svi), with the initial params of ``SVI.init`` on the batch
+    (x_b, y_b, kw_b)."""
     import numpyro
     from numpyro.infer import SVI, Trace_ELBO
 
-    elbo = Trace_ELBO(num_particles=num_particles) if objective is None else objective
+    elbo = Trace_ELBO() if loss is None else loss
     svi = SVI(model, guide, numpyro.optim.Adam(1e-3), elbo)
     key_init = jax.random.split(jax.random.PRNGKey(seed))[0]
     state = svi.init(key_init, x_b, y_b, **kw_b)
     params = svi.optim.get_params(state.optim_state)
     constrain = svi.constrain_fn
 
-    def loss(params, key, x, y, kw):
+    def loss_fn(params, key, x, y, kw):
         return elbo.loss(key, constrain(params), model, guide, x, y, **kw)
 
-    return Reference(PLAIN_LOOP, params, loss, "the package's loss, hand-written Adam and scan")
+    return Reference(PLAIN_LOOP, params, loss_fn, "the package's loss, hand-written Adam and scan")
 
 
-def package_parts(entry, spec, method: str):
-    """The package's (model, guide, objective, num_particles) for ``method`` as
-    ``ssgp_ppl.fit.fit`` assembles them (objective None: NumPyro's Trace_ELBO)."""
-    from ssgp_ppl.inference import empty_guide
+class PackageParts(NamedTuple):
+    """What the package's training step is made of (the arguments its run_svi call receives)."""
+
+    model: Callable
+    guide: Callable
+    loss: object  # run_svi's ``loss``: None (NumPyro's Trace_ELBO()) or the loss object
+    particles: int  # Monte Carlo particles per step (1 for type-II ML)
+
+
+def package_parts(entry, spec, method: str) -> PackageParts:
+    """The package's model, guide and loss for ``method`` as ``ssgp_ppl.methods.ml`` and
+    ``ssgp_ppl.methods.svi`` assemble them: type-II ML fits ``MAPGuide`` (``EmptyGuide`` when the
+    model has no latent sites) under run_svi's default loss (None: NumPyro's Trace_ELBO()); SVI
+    fits the entry's guide (``methods.svi.guide_of``) under its objective, or
+    ``Trace_ELBO(num_particles)`` where the objective is the plain ELBO."""
+    from numpyro.infer import Trace_ELBO
+
+    from ssgp_ppl.guides import EmptyGuide, MAPGuide
+    from ssgp_ppl.methods.svi import SVI, guide_of
     from ssgp_ppl.objectives import make_objective
 
     model = entry.model(spec)
     if method == "ml":
-        if not spec.latent_sites():
-            return model, empty_guide, None, 1
-        from numpyro.infer import autoguide, init_to_value
-
-        from ssgp_ppl.guides import initial_values
-
-        return model, autoguide.AutoDelta(model, init_loc_fn=init_to_value(
-            values=initial_values(spec))), None, 1
-    cfg = entry.settings("svi")
-    guide = entry.guide(spec, model)
-    objective = make_objective(cfg["objective"], beta=cfg["beta"], particles=cfg["num_particles"],
-                               gradient=cfg["gradient"], samples=cfg["mc_samples"], guide=guide)
-    return model, guide, objective, cfg.get("num_particles", 1)
+        guide = MAPGuide(spec, model) if spec.latent_sites() else EmptyGuide(spec)
+        return PackageParts(model, guide, None, 1)
+    s = SVI.settings(entry)
+    guide = guide_of(entry, spec, model, s)
+    objective = make_objective(s.objective, beta=s.beta, particles=s.num_particles,
+                               gradient=s.gradient, samples=s.mc_samples, guide=guide)
+    loss = objective or Trace_ELBO(num_particles=s.num_particles)
+    return PackageParts(model, guide, loss, s.num_particles)

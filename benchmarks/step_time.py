@@ -20,11 +20,12 @@ Probit entries see the target thresholded at its median, Poisson entries the arr
 whole minutes clipped at 0 (a count); the step time does not depend on the values.
 
 The package's step is ``ssgp_ppl.inference.run_svi`` with the entry's own model, guide,
-objective, particles, lr and lr_halflife, assembled as ``ssgp_ppl.fit.fit`` does (NumPyro SVI,
-ClippedAdam, ``chunk`` steps per jitted lax.scan). The reference (``benchmarks/references.py``)
-is the same estimator written directly in jax.numpy (``"reference": "hand_written"``), or, for an
-entry no hand-written reference covers, the entry's own NumPyro loss as a pure function of the
-unconstrained parameters with a hand-written Adam (``"same_loss_plain_loop"``); either runs
+objective, particles, lr and lr_halflife, assembled as ``ssgp_ppl.methods.svi`` / ``.ml`` do
+(``references.package_parts``; NumPyro SVI, ClippedAdam, ``chunk`` steps per jitted lax.scan).
+The reference (``benchmarks/references.py``) is the same estimator written directly in
+jax.numpy (``"reference": "hand_written"``), or, for an entry no hand-written reference covers,
+the entry's own NumPyro loss as a pure function of the unconstrained parameters with a
+hand-written Adam (``"same_loss_plain_loop"``); either runs
 with the same batch sampler, key stream and chunking, so the same seed gives the same draws and
 updates: ``first_10_losses_max_rel_diff`` (package vs reference, first run) is float rounding,
 and ``final_loss`` / ``ref_final_loss`` are the means of the last 100 steps. Steady-state time
@@ -96,7 +97,7 @@ def steady_ms(seconds: float, first: tuple[int, float], steps: int) -> float:
 
 def bench_entry(name: str, data, partitions, a, refs) -> dict:
     from ssgp_ppl.entry import load_entry
-    from ssgp_ppl.inference import run_svi
+    from ssgp_ppl.inference import Batching, Schedule, run_svi
 
     entry = load_entry(name)
     method = trained_by_gradient(entry)
@@ -110,7 +111,7 @@ def bench_entry(name: str, data, partitions, a, refs) -> dict:
     n = len(x)
     spec = entry.spec(x.shape[1])
     cfg = entry.settings(method)
-    model, guide, objective, particles = refs.package_parts(entry, spec, method)
+    model, guide, loss, particles = refs.package_parts(entry, spec, method)
     per_step = 1
     if kind == "partitions":
         per_step = min(PER_STEP, partitions.count)
@@ -127,24 +128,24 @@ def bench_entry(name: str, data, partitions, a, refs) -> dict:
     except refs.NotHandWritten as e:
         log(f"{name}: no hand-written reference ({e}); using the plain-loop fallback")
         xb, yb, kw = draw(jax.random.PRNGKey(1), jax.numpy.asarray(x), jax.numpy.asarray(y), aux)
-        ref = refs.plain_loop(model, guide, objective, xb, yb, kw, num_particles=particles)
+        ref = refs.plain_loop(model, guide, loss, xb, yb, kw)
     refs_by_label = {"ref": ref}
     if a.plain_loop and ref.kind != refs.PLAIN_LOOP:
         xb, yb, kw = draw(jax.random.PRNGKey(1), jax.numpy.asarray(x), jax.numpy.asarray(y), aux)
-        refs_by_label["plain"] = refs.plain_loop(model, guide, objective, xb, yb, kw,
-                                                 num_particles=particles)
+        refs_by_label["plain"] = refs.plain_loop(model, guide, loss, xb, yb, kw)
     lr, halflife = cfg["lr"], cfg.get("lr_halflife", 0.0)
     labels = ["pkg", *refs_by_label]
     ms_, first_, loss_, trace_ = ({k: [] for k in labels} for _ in range(4))
     for rep in range(a.repeats):
         for which in (labels if rep % 2 == 0 else labels[::-1]):  # alternate the order
             if which == "pkg":
-                out = run_svi(model, guide, x, y, steps=a.steps, lr=lr, lr_halflife=halflife,
-                              batch_size=ROWS_PER_STEP if kind == "uniform" else None,
-                              partitions=partitions if kind == "partitions" else None,
-                              per_step=per_step, chunk=a.chunk, seed=rep, tol=0.0,
-                              min_steps=10**9, num_particles=particles, progress=False,
-                              loss=objective)
+                out = run_svi(model, guide, x, y,
+                              Schedule(a.steps, lr=lr, lr_halflife=halflife, chunk=a.chunk,
+                                       tol=0.0, min_steps=10**9),
+                              batching=Batching(
+                                  ROWS_PER_STEP if kind == "uniform" else None,
+                                  partitions if kind == "partitions" else None, per_step),
+                              loss=loss, seed=rep, progress=False)
             else:
                 out = refs.run(refs_by_label[which], draw, aux, x, y, steps=a.steps,
                                chunk=a.chunk, lr=lr, lr_halflife=halflife, seed=rep)
@@ -205,8 +206,8 @@ def main():
     import numpyro
     import references as refs
 
-    from ssgp_ppl.entry import list_entries, load_entry
     from ssgp_ppl.datasets import load
+    from ssgp_ppl.entry import list_entries, load_entry
     from ssgp_ppl.partitions import kmeans_partitions
 
     names = a.entries or [e for e in list_entries() if trained_by_gradient(load_entry(e))]

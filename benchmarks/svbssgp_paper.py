@@ -28,14 +28,16 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, b
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from numpyro.infer import Trace_ELBO  # noqa: E402
 
-from ssgp_ppl.entry import load_entry  # noqa: E402
 from ssgp_ppl.datasets import load  # noqa: E402
-from ssgp_ppl.fit import predict  # noqa: E402
-from ssgp_ppl.inference import empty_guide, guide_draws, run_svi, site_values  # noqa: E402
+from ssgp_ppl.entry import load_entry  # noqa: E402
+from ssgp_ppl.guides import EmptyGuide  # noqa: E402
+from ssgp_ppl.inference import Batching, Schedule, guide_draws, run_svi, site_values  # noqa: E402
 from ssgp_ppl.io import print_json  # noqa: E402
 from ssgp_ppl.metrics import mnlp, rmse  # noqa: E402
 from ssgp_ppl.partitions import kmeans_partitions  # noqa: E402
+from ssgp_ppl.predictive import predict_sites  # noqa: E402
 
 EXTRA_SETS: list[str] = []  # --set overrides applied to the svbssgp and vssgp runs
 
@@ -61,7 +63,7 @@ def curve(name, data, overrides, *, steps, checkpoints, evals, eval_rows, seed=0
     if partitions is None and entry.uses_partitions:
         partitions = entry.partitions(train.x_train, seed=seed)
     partition_seconds = time.perf_counter() - t0
-    guide = empty_guide if method == "ml" else entry.guide(spec, model)
+    guide = EmptyGuide(spec) if method == "ml" else entry.guide(spec, model)
     sub = np.random.default_rng(seed + 7).choice(data.n_test, min(eval_rows, data.n_test), False)
     y_all = np.asarray(data.y_scaler.inverse(data.y_test))
     r_max = max(e[3] for e in evals)
@@ -70,13 +72,14 @@ def curve(name, data, overrides, *, steps, checkpoints, evals, eval_rows, seed=0
     def score(step, params, test_rows):
         t = time.perf_counter()
         x, y = jnp.asarray(train.x_train), jnp.asarray(train.y_train)
-        draws = {} if guide is empty_guide else guide_draws(guide, params, x, y,
-                                                            num_samples=r_max, seed=seed + step)
+        draws = {} if isinstance(guide, EmptyGuide) else guide_draws(
+            guide, params, x, y, num_samples=r_max, seed=seed + step)
         sites = site_values(model, params, draws, x[:1])
         for label, rule, gamma, r in evals:
             s = {k: v[:r] for k, v in sites.items()}
-            mean, var, *_ = predict(s, train, rule, gamma=gamma, partitions=partitions,
-                                    x_test=data.x_test[test_rows])
+            pred = predict_sites(s, train, rule, gamma=gamma, partitions=partitions,
+                                 x_test=data.x_test[test_rows])
+            mean, var = pred.mean, pred.var
             yt = y_all[test_rows]
             rows.append({"model": name, "label": label, "step": step,
                          "epochs": step * max(pcfg["per_step"], 1) / (partitions.count if
@@ -90,11 +93,12 @@ def curve(name, data, overrides, *, steps, checkpoints, evals, eval_rows, seed=0
         if step in checkpoints:
             score(step, params, sub)
 
-    res = run_svi(model, guide, train.x_train, train.y_train, steps=steps, lr=cfg["lr"],
-                  lr_halflife=cfg.get("lr_halflife", 0.0),
-                  partitions=partitions if pcfg["per_step"] else None,
-                  per_step=max(pcfg["per_step"], 1), chunk=min(checkpoints), seed=seed,
-                  tol=0.0, min_steps=steps, num_particles=cfg.get("num_particles", 1),
+    res = run_svi(model, guide, train.x_train, train.y_train,
+                  Schedule(steps, lr=cfg["lr"], lr_halflife=cfg.get("lr_halflife", 0.0),
+                           chunk=min(checkpoints), tol=0.0, min_steps=steps),
+                  batching=Batching(None, partitions if pcfg["per_step"] else None,
+                                    max(pcfg["per_step"], 1)),
+                  loss=Trace_ELBO(num_particles=cfg.get("num_particles", 1)), seed=seed,
                   progress=False, callback=callback)
     train_seconds = res.seconds - spent[0]  # SVI time without the checkpoint scoring
     first_steps, first_seconds = res.first_chunk  # the first chunk includes compilation
@@ -199,8 +203,9 @@ def exp_nscan(a):
         guide = entry.guide(spec, model)
         runs = []
         for rep in range(a.repeats):  # steady state: total minus the first chunk (JIT included)
-            res = run_svi(model, guide, x, y, steps=a.short + a.long, partitions=parts,
-                          per_step=1, chunk=a.short, seed=rep, tol=0.0, min_steps=10**9,
+            res = run_svi(model, guide, x, y,
+                          Schedule(a.short + a.long, chunk=a.short, tol=0.0, min_steps=10**9),
+                          batching=Batching(partitions=parts, per_step=1), seed=rep,
                           progress=False, devices=1)
             runs.append((res.seconds - res.first_chunk[1]) / (res.steps - res.first_chunk[0]))
         ms = 1e3 * float(np.median(runs))

@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from collections import defaultdict
 
 
@@ -58,7 +58,9 @@ def baselines_table(exp: dict) -> str:
 
 
 def main() -> None:
-    for path in sys.argv[1:]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("paths", nargs="*", help="JSON files written by benchmarks/svbssgp_paper.py")
+    for path in p.parse_args().paths:
         with open(path) as f:
             exp = json.load(f)
         if "experiment" not in exp:  # e.g. the archived end-to-end fit record

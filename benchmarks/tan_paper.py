@@ -36,7 +36,10 @@ jax.config.update("jax_enable_x64", "--float32" not in sys.argv)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ssgp_ppl import catalog, datasets, fit, ncvmp  # noqa: E402
+from ssgp_ppl import datasets, ncvmp, pipeline  # noqa: E402
+from ssgp_ppl.entry import load_entry  # noqa: E402
+from ssgp_ppl.methods.ncvmp import algorithm_settings  # noqa: E402
+from ssgp_ppl.posterior import Handoff  # noqa: E402
 
 # §7.1 pendulum: inputs to [-1, 1], A_σ = A_γ = 25, μ⁰ = 0, Σ⁰ = 10 I; §7.2 Auto-MPG: Σ⁰ = I
 PENDULUM_PRIOR = ["inverse_lengthscales.scale=3.1622776601683795"]
@@ -48,8 +51,8 @@ def _log(rec):
 
 def _va(entry, data, rep, **kw):
     t = time.perf_counter()
-    res = fit.fit(entry.with_overrides([f"spectral_seed={rep}"]), data, "ncvmp", seed=rep,
-                  progress=False, **kw)
+    res = pipeline.fit(entry.with_overrides([f"spectral_seed={rep}"]), data, "ncvmp", seed=rep,
+                       progress=False, **kw)
     return res, time.perf_counter() - t
 
 
@@ -59,13 +62,13 @@ def _pendulum_rep(item, alg1_ms=()) -> list[dict]:
     m, rep = item
     data = datasets.load("pendulum", x_scaling="minmax")
     x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
-    va_entry = catalog.load_entry("tan_va").with_overrides(PENDULUM_PRIOR + [f"m={m}"])
-    ssgp_entry = catalog.load_entry("ssgp_fixed").with_overrides([f"m={m}"])
+    va_entry = load_entry("tan_va").with_overrides(PENDULUM_PRIOR + [f"m={m}"])
+    ssgp_entry = load_entry("ssgp_fixed").with_overrides([f"m={m}"])
     out = []
     res, secs = _va(va_entry, data, rep)
     rec = {"experiment": "pendulum", "m": m, "rep": rep, "method": "VA (Algorithm 2)",
            "nmse": res.metrics["nmse"], "mnlp": res.metrics["mnlp"],
-           "bound": res.info["bound"], "iterations": res.info["iterations"],
+           "bound": res.info.bound, "iterations": res.info.steps,
            "seconds": secs}
     _log(rec)
     out.append(rec)
@@ -74,9 +77,9 @@ def _pendulum_rep(item, alg1_ms=()) -> list[dict]:
         # Algorithm 2 rerun on that set alone, so both count only their own iterations
         spec = va_entry.spec(data.n_features)
         prior = ncvmp.tan_prior(spec)
-        pts = jnp.asarray(res.info["spectral_points"])[None]
+        pts = jnp.asarray(res.handoff.spectral_points)[None]
         for alg in (1, 2):
-            settings = fit.ncvmp_settings(va_entry)._replace(algorithm=alg, restarts=1)
+            settings = algorithm_settings(va_entry)._replace(algorithm=alg, restarts=1)
             t = time.perf_counter()
             r = ncvmp.fit_ncvmp(x, y - y.mean(), pts, prior, settings)
             jax.block_until_ready(r)
@@ -86,8 +89,8 @@ def _pendulum_rep(item, alg1_ms=()) -> list[dict]:
             _log(rec)
             out.append(rec)
     t = time.perf_counter()
-    res = fit.fit(ssgp_entry.with_overrides([f"spectral_seed={rep}"]), data, "ml",
-                  seed=rep, progress=False)
+    res = pipeline.fit(ssgp_entry.with_overrides([f"spectral_seed={rep}"]), data, "ml",
+                       seed=rep, progress=False)
     rec = {"experiment": "pendulum", "m": m, "rep": rep, "method": "SSGP (fixed)",
            "nmse": res.metrics["nmse"], "mnlp": res.metrics["mnlp"],
            "seconds": time.perf_counter() - t}
@@ -116,8 +119,8 @@ def autompg(args) -> dict:
     out = []
     for noise in args.noise:
         prior = []
-        va = catalog.load_entry("tan_va").with_overrides(prior)
-        local = catalog.load_entry("tan_local")
+        va = load_entry("tan_va").with_overrides(prior)
+        local = load_entry("tan_local")
         for rep in range(args.reps):
             data = datasets.load("autompg", split=rep, extra_noise_inputs=noise, x_scaling="minmax")
             res, secs = _va(va, data, rep)
@@ -129,11 +132,11 @@ def autompg(args) -> dict:
             if rep < args.nuts_reps and noise == 0:
                 nuts = va.with_overrides(["nuts.warmup=1000", "nuts.samples=1000", "nuts.chains=4"])
                 t = time.perf_counter()
-                r = fit.fit(nuts, data, "nuts", seed=rep, progress=False,
-                            spectral_points=res.info["spectral_points"])
+                r = pipeline.fit(nuts, data, "nuts", seed=rep, progress=False,
+                                 inputs=Handoff(spectral_points=res.handoff.spectral_points))
                 rec = {"experiment": "autompg", "noise_inputs": noise, "rep": rep,
                        "method": "NUTS", "m": 20, "nmse": r.metrics["nmse"],
-                       "mnlp": r.metrics["mnlp"], "divergences": r.info["divergences"],
+                       "mnlp": r.metrics["mnlp"], "divergences": r.info.divergences,
                        "seconds": time.perf_counter() - t}
                 _log(rec)
                 out.append(rec)
@@ -141,8 +144,8 @@ def autompg(args) -> dict:
                 if rep >= args.k_reps and k not in args.k_full:
                     continue
                 t = time.perf_counter()
-                r = fit.fit(local.with_overrides([f"k={k}", f"spectral_seed={rep}"]), data,
-                            "local", seed=rep, progress=False)
+                r = pipeline.fit(local.with_overrides([f"k={k}", f"spectral_seed={rep}"]), data,
+                                 "local", seed=rep, progress=False)
                 dt = r.datatree["local_fits"]
                 y_test = np.asarray(data.y_scaler.inverse(data.y_test))
                 mean1 = np.asarray(data.y_scaler.inverse(np.asarray(dt["f_mean_euclidean"]).ravel()))
@@ -162,28 +165,29 @@ def timing(args) -> dict:
     VA for ≈ 100 test points at k = 60 (a 1100-row subsample: its ~100 test rows)."""
     data = datasets.load("kin40k", subsample=440)
     out = []
-    va = catalog.load_entry("tan_va")
+    va = load_entry("tan_va")
     for rep in range(3):
         res, secs = _va(va, data, rep)
         out.append({"experiment": "timing", "method": "VA (Algorithm 2)", "rep": rep,
-                    "seconds": secs, "iterations": res.info["iterations"]})
+                    "seconds": secs, "iterations": res.info.steps})
         _log(out[-1])
         t = time.perf_counter()
-        fit.fit(catalog.load_entry("ssgp_fixed").with_overrides(["m=20", f"spectral_seed={rep}"]),
-                data, "ml", seed=rep, progress=False)
+        pipeline.fit(load_entry("ssgp_fixed").with_overrides(["m=20", f"spectral_seed={rep}"]),
+                     data, "ml", seed=rep, progress=False)
         out.append({"experiment": "timing", "method": "SSGP (fixed)", "rep": rep,
                     "seconds": time.perf_counter() - t})
         _log(out[-1])
     t = time.perf_counter()
-    fit.fit(va.with_overrides(["nuts.warmup=1000", "nuts.samples=1000", "nuts.chains=1"]), data, "nuts",
-            progress=False, spectral_points=res.info["spectral_points"])
+    pipeline.fit(va.with_overrides(["nuts.warmup=1000", "nuts.samples=1000", "nuts.chains=1"]), data,
+                 "nuts", progress=False,
+                 inputs=Handoff(spectral_points=res.handoff.spectral_points))
     out.append({"experiment": "timing", "method": "NUTS (1 chain, 2000 iterations)",
                 "seconds": time.perf_counter() - t})
     _log(out[-1])
     t = time.perf_counter()
     local_data = datasets.load("kin40k", subsample=1100)
-    r = fit.fit(catalog.load_entry("tan_local").with_overrides(["k=60"]), local_data, "local",
-                progress=False)
+    r = pipeline.fit(load_entry("tan_local").with_overrides(["k=60"]), local_data, "local",
+                     progress=False)
     out.append({"experiment": "timing", "method": "local VA, 100 test points, k = 60",
                 "seconds": time.perf_counter() - t, "n_test": local_data.n_test,
                 "nmse": r.metrics["nmse"]})

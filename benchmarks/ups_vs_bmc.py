@@ -29,9 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ssgp_ppl import objectives
-from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
-from ssgp_ppl.fit import fit
+from ssgp_ppl.entry import load_entry
+from ssgp_ppl.pipeline import fit
 
 
 def moments(entry, data, params):
@@ -80,8 +80,8 @@ def main() -> None:
     entry = load_entry("ssgp_poisson")
     y = jnp.asarray(data.y_train)
     lik = entry.spec(1).lik
-    init = fit(entry, data, steps=1, progress=False).info["params"]
-    trained = fit(entry, data, steps=args.trained_steps, progress=False).info["params"]
+    init = fit(entry, data, steps=1, progress=False).params
+    trained = fit(entry, data, steps=args.trained_steps, progress=False).params
     records = []
     for stage, params in (("initialisation", init), (f"after {args.trained_steps} ELBO steps", trained)):
         mu, var = moments(entry, data, {k: jnp.asarray(v) for k, v in params.items()})
@@ -109,9 +109,9 @@ def main() -> None:
                                   f"mc_samples={samples}", "svi.min_steps=0", "chunk=50"])
         t = time.perf_counter()
         res = fit(e, data, steps=steps, progress=False)
-        learning.append({"gradient": gradient, "samples": samples, "steps": res.info["steps"],
+        learning.append({"gradient": gradient, "samples": samples, "steps": res.info.steps,
                          "nll": res.metrics["nll"], "mre": res.metrics["mre"],
-                         "seconds_per_step": res.info["fit_seconds"] / res.info["steps"],
+                         "seconds_per_step": res.info.fit_seconds / res.info.steps,
                          "wall_seconds": time.perf_counter() - t})
         print(json.dumps(learning[-1]), file=sys.stderr, flush=True)
     print(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} cpu",

@@ -35,9 +35,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
-from ssgp_ppl.fit import fit
+from ssgp_ppl.entry import load_entry
+from ssgp_ppl.pipeline import fit
 from ssgp_ppl.selection import beta_grid, select_beta
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"

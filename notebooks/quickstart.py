@@ -24,9 +24,9 @@ import os
 
 import numpy as np
 
-from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
-from ssgp_ppl.fit import fit
+from ssgp_ppl.entry import load_entry
+from ssgp_ppl.pipeline import fit
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 data = load("pendulum", split=0)

@@ -28,11 +28,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
-from ssgp_ppl.fit import fit, predict
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.metrics import rmse
 from ssgp_ppl.partitions import kmeans_partitions
+from ssgp_ppl.pipeline import fit
+from ssgp_ppl.posterior import Handoff
+from ssgp_ppl.predictive import predict_sites
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 data = load("kin40k", split=0, subsample=3000 if SMALL else None)
@@ -43,9 +45,9 @@ print(data.n_train, data.n_test, parts.count)
 
 # %%
 sv = fit(load_entry("svbssgp").with_overrides(budget + [f"partitions.count={p}"]), data,
-         progress=False, partitions=parts)
+         progress=False, inputs=Handoff(partitions=parts))
 vs = fit(load_entry("vssgp").with_overrides(budget + [f"partitions.count={p}"]), data,
-         progress=False, partitions=parts)
+         progress=False, inputs=Handoff(partitions=parts))
 print("svbssgp", {k: round(v, 3) for k, v in sv.metrics.items()})
 print("vssgp  ", {k: round(v, 3) for k, v in vs.metrics.items()})
 
@@ -53,7 +55,8 @@ print("vssgp  ", {k: round(v, 3) for k, v in vs.metrics.items()})
 sites = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in sv.sites.items()}
 y = data.y_scaler.inverse(data.y_test)
 gammas = [-0.3, 0.0, 0.1, 0.2, 0.3, 0.6, 1.0]
-scores = [rmse(y, predict(sites, data, "local", gamma=g, partitions=parts)[0]) for g in gammas]
+scores = [rmse(y, predict_sites(sites, data, "local", gamma=g, partitions=parts).mean)
+          for g in gammas]
 for g, r in zip(gammas, scores, strict=True):
     print(f"gamma={g:+.1f}  rmse={r:.4f}")
 plt.plot(gammas, scores, "o-", label="sVBSSGP, local γ-conditional")

@@ -32,9 +32,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ssgp_ppl import ncvmp
-from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
-from ssgp_ppl.fit import fit, ncvmp_settings
+from ssgp_ppl.entry import load_entry
+from ssgp_ppl.methods.ncvmp import algorithm_settings
+from ssgp_ppl.pipeline import fit
+from ssgp_ppl.posterior import Handoff
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 m = 10 if SMALL else 20
@@ -52,7 +54,7 @@ spec = va.spec(data.n_features)
 prior = ncvmp.tan_prior(spec)
 x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
 runs = {alg: ncvmp.fit_ncvmp(x, y - y.mean(), spec.spectral_points[None], prior,
-                             ncvmp_settings(va)._replace(algorithm=alg, restarts=1))
+                             algorithm_settings(va)._replace(algorithm=alg, restarts=1))
         for alg in (1, 2)}
 fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
 for alg, r in runs.items():
@@ -75,10 +77,10 @@ for alg, r in runs.items():
 
 # %%
 res_va = fit(va, data, "ncvmp", progress=False)
+kept = Handoff(spectral_points=res_va.handoff.spectral_points)  # the set NCVMP's restarts kept
 res_svi = None if SMALL else fit(load_entry("tan_va_svi").with_overrides([f"m={m}"]), data, "svi",
-                                 progress=False, spectral_points=res_va.info["spectral_points"])
-res_nuts = None if SMALL else fit(va, data, "nuts", progress=False,
-                                  spectral_points=res_va.info["spectral_points"])
+                                 progress=False, inputs=kept)
+res_nuts = None if SMALL else fit(va, data, "nuts", progress=False, inputs=kept)
 for name, r in (("VA (NCVMP)", res_va), ("VA (SVI)", res_svi), ("NUTS", res_nuts)):
     if r is not None:
         print(f"{name:11s}", {k: round(v, 3) for k, v in r.metrics.items()})

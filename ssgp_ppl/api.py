@@ -65,7 +65,8 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     if ds.n_test == 0:
         m = methods.get(method or entry.methods[0])
         inputs = pipeline.prerequisites(entry, ds, m, seed=seed, progress=progress)
-        return m.run(entry, ds, seed=seed, steps=steps, progress=progress, inputs=inputs)
+        post = m.run(entry, ds, seed=seed, steps=steps, progress=progress, inputs=inputs)
+        return post.replace(feature_names=ds.feature_names)
     return pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress)
 
 

@@ -33,6 +33,11 @@ def _is_vi(dt: xr.DataTree) -> bool:
     return "sample_stats" in dt.children and "log_q" in dt["sample_stats"].data_vars
 
 
+def _is_mcmc(dt: xr.DataTree) -> bool:
+    """Draws of a Markov chain sampler (its sample stats record divergences)."""
+    return "sample_stats" in dt.children and "diverging" in dt["sample_stats"].data_vars
+
+
 def _relative_ess(dt: xr.DataTree) -> float:
     """r_eff for PSIS of MCMC draws: bulk ESS of the log density / draws (≤ 1). The posterior
     group's mean ESS would count type-II constants (ESS = S) and non-identified frequencies."""
@@ -59,7 +64,7 @@ def loo_summary(dt: xr.DataTree) -> tuple[dict, np.ndarray] | None:
     if not has_loo(dt):
         return None
     vi = _is_vi(dt)
-    if not vi and dt.attrs.get("method", "nuts") != "nuts":
+    if not vi and not _is_mcmc(dt):  # neither posterior draws nor VI draws with their log q
         return None
     ll = dt["log_likelihood"]["y"]
     with warnings.catch_warnings():  # k̂ warnings: we report k̂ ourselves

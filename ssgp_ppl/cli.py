@@ -240,7 +240,7 @@ def cmd_fit(args) -> int:
 
     from ssgp_ppl.checkpoint import Checkpoint
     from ssgp_ppl.errors import SSGPError
-    from ssgp_ppl.io import write_datatree, write_json
+    from ssgp_ppl.io import write_json
     from ssgp_ppl.pipeline import fit, metrics_record
 
     entry = _entry(args)
@@ -293,7 +293,7 @@ def cmd_fit(args) -> int:
     if not writer:
         return 130 if res.info.interrupted else 0
     write_json(out / "metrics.json", record)
-    write_datatree(out / "posterior.nc", res.datatree)
+    res.save(out / "posterior.nc")  # the DataTree plus what ssgp_ppl.load needs to predict
     _print_table([record], _columns([record]))
     print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)
     if res.info.interrupted:

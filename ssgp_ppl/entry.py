@@ -90,6 +90,18 @@ SCHEMA: dict = {
 }
 
 
+def schema() -> dict:
+    """The catalog format with every registered method's table (:func:`ssgp_ppl.methods.register`
+    adds methods after import; :data:`SCHEMA` is the built-in catalog's)."""
+    out = dict(SCHEMA)
+    out["inference"] = {
+        "methods": Field(list, ["svi"], "methods this entry fits; the first is its own",
+                         choices=tuple(_methods.REGISTRY)),
+        **{name: m.Settings.schema() for name, m in _methods.REGISTRY.items()},
+    }
+    return out
+
+
 def models_dir() -> Path:
     """The catalog directory: env SSGP_PPL_MODELS, else ``models/`` beside the package."""
     env = os.environ.get("SSGP_PPL_MODELS")
@@ -177,7 +189,7 @@ class CatalogEntry:
         """Apply ``key=value`` overrides (dotted path, or a leaf name unique in the schema; an
         ambiguous leaf such as ``steps`` resolves to the entry's own method) and re-validate."""
         raw = copy.deepcopy(self.config)
-        paths = leaf_paths(SCHEMA)
+        paths = leaf_paths(schema())
         for item in assignments:
             if "=" not in item:
                 raise SSGPError(f"--set {item!r}: expected key=value")
@@ -204,7 +216,7 @@ class CatalogEntry:
 
 
 def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
-    cfg = validate(raw, SCHEMA, "", src)
+    cfg = validate(raw, schema(), "", src)
     mc = cfg["model"]
     if cfg["predictive"]["rule"] == "degenerate" and mc["nuisance"] != "sampled":
         raise SSGPError(f"{src}: predictive.rule: 'degenerate' needs model.nuisance = 'sampled'")

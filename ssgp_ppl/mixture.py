@@ -3,8 +3,8 @@
 q(α) = (1/K) Σ_k N(α | m_k, diag S_k): K diagonal components with equal weights
 (``alpha_loc`` (K, D), ``alpha_scale`` (K, D) = √S_k). :class:`ssgp_ppl.guides.MixtureGuide` is
 the NumPyro guide (draws for predictions: pick k, then α; the predictive is Nguyen & Bonilla
-2014, eq. 36 by Monte Carlo, its moments eqs. 37-38 = :func:`ssgp_ppl.metrics.mixture_moments`). :func:`avi_elbo` is the negative
-ELBO the catalog's ``objective = "elbo"`` uses with this guide:
+2014, eq. 36 by Monte Carlo, its moments eqs. 37-38 = :func:`ssgp_ppl.metrics.mixture_moments`).
+:func:`avi_elbo` is the negative ELBO the catalog's ``objective = "elbo"`` uses with this guide:
 
 * expected log-likelihood: score-function gradients for the frequencies θ (Nguyen & Bonilla 2014, supp. eqs.
   9-10), Rao-Blackwellised (supp. §3, eqs. 16-20): under a diagonal component s and θ are

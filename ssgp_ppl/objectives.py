@@ -17,7 +17,8 @@ so that ``numpyro.infer.SVI`` (and :func:`ssgp_ppl.inference.run_svi`) can use i
 is Gaussian and known in closed form (guides whose ``gaussian_nuisance`` is True: joint
 affine with ψ = normal, mean field, Gaussian λ; :class:`ssgp_ppl.guides.Guide`), each draw of
 the other latents (θ or λ, the scales) gives q(fᵢ | rest) = N(μᵢ, vᵢ) exactly, and the
-expectation over s is done exactly: the Gaussian ELBO term, log N(yᵢ | μᵢ, vᵢ + σ²) for log-loss DLM, and the KL of s in closed form.
+expectation over s is done exactly: the Gaussian ELBO term, log N(yᵢ | μᵢ, vᵢ + σ²) for log-loss
+DLM, and the KL of s in closed form.
 Otherwise s is drawn too (vᵢ = 0). The remaining expectation over θ is Monte Carlo with
 ``particles`` draws (for log-loss DLM: −log of the average over particles, biased like bMC).
 

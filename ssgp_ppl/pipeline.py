@@ -78,7 +78,7 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
         checkpoint = checkpoint._replace(fingerprint=run_fingerprint(entry, data, m.name, seed,
                                                                      steps, given))
     post = m.run(entry, data, seed=seed, steps=steps, progress=progress, inputs=inputs,
-                 checkpoint=checkpoint, client=client)
+                 checkpoint=checkpoint, client=client).replace(feature_names=data.feature_names)
     return evaluate(post, data, seed=seed, client=client, progress=progress)
 
 

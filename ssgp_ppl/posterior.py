@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from ssgp_ppl.datasets import Scaler
@@ -96,6 +97,7 @@ class Posterior:
     handoff: Handoff = field(default_factory=Handoff)
     sample_stats: xr.Dataset | None = None  # a sampler's own statistics (NUTS: energy, …)
     params: dict | None = None  # fitted guide / type-II parameters (constrained; SVI and ML)
+    feature_names: tuple = ()  # the training inputs' columns (a DataFrame given to predict)
     test: Prediction | None = None
     metrics: dict | None = None
     datatree: xr.DataTree | None = None
@@ -153,7 +155,7 @@ class Posterior:
         check_test_inputs(np.zeros((1, self.n_features)), x_std)
         lik = self.entry.spec(x_std.shape[1]).lik
         mom = self.rule.moments(x_std, client=client, progress=progress)
-        if mom.noise is None:  # closed forms: var_f is already the variance of y*
+        if self.rule.closed_form:  # closed forms: var_f is already the variance of y*
             from ssgp_ppl.metrics import mixture_moments
 
             var_y = np.asarray(mom.var_f, np.float64)
@@ -166,12 +168,19 @@ class Posterior:
         draws = predictive_draws(lik, mom, seed, num=num)
         return Prediction(mean * scale + shift, var * scale**2, np.asarray(mom.mean_f),
                           np.asarray(mom.var_f), np.asarray(var_y), draws * scale + shift, scale,
-                          shift, lik.name == "gaussian" or mom.noise is None, mom.extra)
+                          shift, lik.name == "gaussian" or self.rule.closed_form, mom.extra)
 
     def predict(self, x_new, *, seed: int = 0, client=None, progress: bool = False) -> Prediction:
         """The predictive of y* at ``x_new`` (n*, d) raw inputs in the training data's columns and
         units: mean, variance, one y* draw per posterior draw, ``interval(level)``; original units
         of the target."""
+        if isinstance(x_new, pd.DataFrame):  # the training inputs' columns, by name
+            missing = [c for c in self.feature_names if c not in x_new.columns]
+            if missing or not self.feature_names:
+                raise SSGPError(f"predict: the DataFrame lacks the input columns {missing} the model "
+                                "was fitted on" if missing else "predict: this posterior has no "
+                                "column names; pass an array in the training column order")
+            x_new = x_new[list(self.feature_names)]
         x_new = np.asarray(x_new, np.float64)
         if x_new.ndim == 1:  # n* values of a single input, or one row of d inputs
             x_new = x_new[:, None] if self.n_features == 1 else x_new[None]
@@ -200,6 +209,7 @@ class Posterior:
                                                  "config": self.entry.config},
                 "method": self.method, "dataset": self.dataset, "rule": rule_attrs,
                 "info": dataclasses.asdict(self.info), "y_centre": self.y_centre,
+                "feature_names": list(self.feature_names),
                 "metrics": self.metrics}
         ds.attrs["ssgp_ppl"] = json.dumps(meta, allow_nan=True)
         dt = self.datatree.copy() if self.datatree is not None else xr.DataTree()
@@ -239,4 +249,5 @@ def load(path: str | Path, make_entry) -> Posterior:
     return Posterior(entry, meta["method"], meta["dataset"], sites, rule_from_state(arrays, meta["rule"]),
                      scaler("x_scaler"), scaler("y_scaler"), info, arrays.get("log_p"),
                      arrays.get("log_q"), arrays.get("losses"), float(meta["y_centre"]),
-                     metrics=meta["metrics"], datatree=tree if tree.children else None)
+                     metrics=meta["metrics"], feature_names=tuple(meta["feature_names"]),
+                     datatree=tree if tree.children else None)

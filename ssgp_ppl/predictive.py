@@ -273,7 +273,7 @@ def predictive_draws(lik, moments: Moments, seed: int, num: int = 1) -> np.ndarr
     reps = num if mean_f.shape[0] == 1 else 1
     mean_f = np.repeat(mean_f, reps, 0)
     var_f = np.repeat(np.asarray(moments.var_f, np.float64), reps, 0)
-    if lik.name == "gaussian" or moments.noise is None:
+    if lik.name == "gaussian":  # (probit / Poisson have no noise site: noise None, not a closed form)
         var = var_f if moments.noise is None else var_f + np.repeat(
             np.asarray(moments.noise, np.float64), reps)[:, None] ** 2
         rng = np.random.default_rng(seed + 2)
@@ -412,8 +412,11 @@ class LocalFitsRule:
 
             out = local_predict_distributed(self.x_train, self.y_train, np.asarray(x), self.prior,
                                             client=client, **kw)
+        fits = {"mu_lambda_euclidean": out.mu_lambda_euclidean, "mu_lambda": out.mu_lambda,
+                "bound": out.bound, "iterations": out.iterations,
+                "f_mean_euclidean": out.mean_euclidean}  # the DataTree's local_fits group
         return Moments(np.asarray(out.mean)[None], np.asarray(out.var)[None], None,
-                       extra=out._asdict())
+                       extra={k: np.asarray(v)[None, None] for k, v in fits.items()})
 
     def state(self) -> tuple[dict, dict]:
         arrays = dict(x_train=np.asarray(self.x_train), y_train=np.asarray(self.y_train),

@@ -24,7 +24,7 @@ from ssgp_ppl.calibration import loo_summary, nuts_health
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.io import write_datatree, write_json, write_text_atomic
+from ssgp_ppl.io import write_json, write_text_atomic
 from ssgp_ppl.metrics import DEFAULT_LEVELS as LEVELS
 from ssgp_ppl.metrics import coverage_curve
 from ssgp_ppl.pipeline import fit, metrics_record
@@ -244,7 +244,7 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             rec["nuts"] = _nuts_record(res)
         results.append(res)
         records.append(rec)
-        write_datatree(out / f"posterior_{method}.nc", res.datatree)
+        res.save(out / f"posterior_{method}.nc")
     ref = next((r for r in results if methods.get(r.method).reference), None)
     ref_label = _reference_label(records)
     if ref is not None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ssgp_ppl.entry import load_entry
-from ssgp_ppl.inference import batch_sampler, run_svi
+from ssgp_ppl.inference import Batching, Schedule, batch_sampler, run_svi
 from ssgp_ppl.partitions import kmeans_partitions
 
 _path = Path(__file__).resolve().parents[1] / "benchmarks" / "references.py"
@@ -76,11 +76,10 @@ def _setup(name):
         draw, aux = refs.sampler(N)
     spec = entry.spec(D)
     ref = refs.hand_written(entry, spec, method, n_total=N)
-    model, guide, objective, particles = refs.package_parts(entry, spec, method)
+    parts = refs.package_parts(entry, spec, method)
     xb, yb, kw = draw(jax.random.PRNGKey(3), x, y, aux)
-    pkg = refs.plain_loop(model, guide, objective, xb, yb, kw, num_particles=particles)
-    return entry, method, x, y, ref, pkg, draw, aux, partitions, (model, guide, objective,
-                                                                  particles)
+    pkg = refs.plain_loop(parts.model, parts.guide, parts.loss, xb, yb, kw)
+    return entry, method, x, y, ref, pkg, draw, aux, partitions, parts
 
 
 def _perturb(params, key, size=0.05):
@@ -146,14 +145,14 @@ def test_reference_scan_retraces_run_svi(name, x64):
     """Whole runs: the reference's partition sampler, key stream (two guide sites), ClippedAdam
     (clip, bias correction, halving step size) and scan give run_svi's loss trace step for step."""
     entry, method, x, y, ref, _, draw, aux, partitions, parts = _setup(name)
-    model, guide, objective, particles = parts
     cfg = entry.settings(method)
     halflife = 3.0  # a short half-life, so the schedule matters within 6 steps
     batch = cfg.get("batch_size") or None
-    res = run_svi(model, guide, x, y, steps=6, lr=cfg["lr"], lr_halflife=halflife,
-                  batch_size=batch, partitions=partitions, per_step=4 if partitions else 1,
-                  chunk=3, seed=2, tol=0.0, min_steps=10**9, num_particles=particles,
-                  progress=False, loss=objective)
+    res = run_svi(parts.model, parts.guide, x, y,
+                  Schedule(6, lr=cfg["lr"], lr_halflife=halflife, chunk=3, tol=0.0,
+                           min_steps=10**9),
+                  batching=Batching(batch, partitions, 4 if partitions else 1), loss=parts.loss,
+                  seed=2, progress=False)
     out = refs.run(ref, draw, aux, x, y, steps=6, chunk=3, lr=cfg["lr"], lr_halflife=halflife,
                    seed=2)
     assert out.steps == res.steps == 6

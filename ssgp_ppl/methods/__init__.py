@@ -20,6 +20,17 @@ from ssgp_ppl.methods.svi import SVI
 REGISTRY: dict[str, Method] = {m.name: m for m in (ML, SVI, NUTS, NCVMP, LOCAL)}
 
 
+def register(method: Method) -> Method:
+    """Add ``method`` to the registry (a method defined outside this package: the catalog then
+    accepts its name in ``inference.methods`` and validates its ``[inference.<name>]`` table)."""
+    if not isinstance(method, Method):
+        raise SSGPError(f"register() takes a Method instance, got {type(method).__name__}")
+    if method.name in REGISTRY and REGISTRY[method.name] is not method:
+        raise SSGPError(f"a method named {method.name!r} is registered already")
+    REGISTRY[method.name] = method
+    return method
+
+
 def get(name: str) -> Method:
     """The method registered as ``name`` (one SSGPError listing the known ones otherwise)."""
     try:
@@ -33,4 +44,4 @@ def reference() -> Method:
     return next(m for m in REGISTRY.values() if m.reference)
 
 
-__all__ = ["REGISTRY", "Method", "get", "reference"]
+__all__ = ["REGISTRY", "Method", "get", "reference", "register"]

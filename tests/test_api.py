@@ -1,0 +1,112 @@
+"""The top-level Python API: ssgp_ppl.fit on arrays, a data set name and a TOML path; predictions
+in original units against a float64 reference; catalog(), load() and __version__."""
+
+from importlib import metadata
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import ssgp_ppl
+from ssgp_ppl import pipeline
+from ssgp_ppl.datasets import load
+from ssgp_ppl.entry import list_entries, load_entry
+from ssgp_ppl.errors import SSGPError
+
+ML = {"ml.steps": 300}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return load("pendulum")
+
+
+def _raw(data):
+    return (data.x_scaler.inverse(data.x_train), data.y_scaler.inverse(data.y_train),
+            data.x_scaler.inverse(data.x_test), data.y_scaler.inverse(data.y_test))
+
+
+def _marginal_reference(post, x_raw):
+    """SSGP predictive (Lázaro-Gredilla et al. 2010, eq. 7) in numpy float64 from the fitted
+    type-II values, mapped back to the original units of y."""
+    s = {k: np.asarray(v, np.float64)[0, 0] for k, v in post.sites.items()}
+    rule = post.rule
+    x, y = np.asarray(rule.x_train, np.float64), np.asarray(rule.y_train, np.float64)
+    xs = np.asarray(post.x_scaler.transform(x_raw), np.float64)
+
+    def phi(a):
+        z = 2 * np.pi * a @ s["frequencies"].T
+        return np.stack([np.cos(z), np.sin(z)], -1).reshape(len(a), -1)
+
+    p, ps = phi(x), phi(xs)
+    m = s["frequencies"].shape[0]
+    a = p.T @ p + m * s["noise"] ** 2 / s["signal"] ** 2 * np.eye(2 * m)
+    mean = ps @ np.linalg.solve(a, p.T @ y)
+    var = s["noise"] ** 2 * np.einsum("ij,ji->i", ps, np.linalg.solve(a, ps.T)) + s["noise"] ** 2
+    sc, sh = float(post.y_scaler.scale), float(post.y_scaler.mean)
+    return mean * sc + sh, var * sc**2
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])
+def test_predict_in_original_units_matches_float64_reference(pendulum, x64):
+    x, y, xt, yt = _raw(pendulum)
+    with jax.enable_x64(x64):
+        post = ssgp_ppl.fit("ssgp", x=x, y=y, settings=ML)
+        pred = post.predict(xt)
+    mean, var = _marginal_reference(post, xt)
+    tol = 1e-9 if x64 else 2e-4
+    np.testing.assert_allclose(pred.mean, mean, rtol=tol, atol=tol * np.abs(mean).max())
+    np.testing.assert_allclose(pred.var, var, rtol=tol * 10)
+    assert post.test is None and post.metrics is None  # arrays without x_test: no test split
+
+
+def test_fit_on_arrays_equals_fit_on_the_named_split(pendulum):
+    x, y, xt, yt = _raw(pendulum)
+    from_arrays = ssgp_ppl.fit("ssgp", x=x, y=y, x_test=xt, y_test=yt, settings=ML)
+    by_name = ssgp_ppl.fit("ssgp", data="pendulum", settings=ML)
+    direct = pipeline.fit(load_entry("ssgp").with_overrides(["ml.steps=300"]), pendulum, progress=False)
+    for other in (by_name, direct):
+        assert from_arrays.metrics == pytest.approx(other.metrics, rel=1e-6)
+    np.testing.assert_allclose(from_arrays.mean, by_name.mean, rtol=1e-6)
+
+
+def test_fit_takes_a_toml_path_and_a_settings_list(pendulum):
+    post = ssgp_ppl.fit(ROOT / "models" / "ssgp.toml", data="pendulum", settings=["ml.steps=300"])
+    ref = ssgp_ppl.fit("ssgp", data="pendulum", settings=ML)
+    assert post.metrics == pytest.approx(ref.metrics, rel=1e-6)
+    assert post.info.steps == 300
+
+
+def test_api_errors_are_one_line():
+    with pytest.raises(SSGPError, match="needs data="):
+        ssgp_ppl.fit("ssgp")
+    with pytest.raises(SSGPError, match="either data= or x="):
+        ssgp_ppl.fit("ssgp", data="pendulum", x=np.zeros((3, 1)), y=np.zeros(3))
+    with pytest.raises(SSGPError, match=r"x must be \(n, d\)"):
+        ssgp_ppl.fit("ssgp", x=np.zeros((3, 2)), y=np.zeros(4))
+    with pytest.raises(SSGPError, match="non-finite"):
+        ssgp_ppl.fit("ssgp", x=np.array([[0.0], [np.nan], [1.0]]), y=np.zeros(3))
+    with pytest.raises(SSGPError, match="unknown catalog model"):
+        ssgp_ppl.fit("nope", data="pendulum")
+    with pytest.raises(SSGPError, match="no such file"):
+        ssgp_ppl.load("/nowhere/p.nc")
+
+
+def test_load_refuses_a_datatree_without_the_state(tmp_path):
+    import xarray as xr
+
+    xr.DataTree().to_netcdf(tmp_path / "plain.nc", engine="h5netcdf")
+    with pytest.raises(SSGPError, match="not a saved posterior"):
+        ssgp_ppl.load(tmp_path / "plain.nc")
+
+
+def test_catalog_and_version():
+    rows = ssgp_ppl.catalog()
+    assert [r["name"] for r in rows] == list_entries()
+    svi = next(r for r in rows if r["name"] == "ssgp_svi")
+    assert svi["guide"] == "auto_mvn" and svi["objective"] == "elbo"
+    assert ssgp_ppl.__version__ == metadata.version("ssgp-ppl")
+    with pytest.raises(AttributeError):
+        ssgp_ppl.no_such_name  # noqa: B018

@@ -1,0 +1,117 @@
+"""The package's shape: only the method registry compares method names, guide abilities are
+methods (no getattr/hasattr lookups), and no module imports another that imports it back."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from ssgp_ppl import methods
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ssgp_ppl"
+ABILITIES = {"nuisance_conditional", "conditional_and_marginal", "own_objective", "elbo",
+             "components", "gaussian_nuisance"}
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        yield name, path, ast.parse(path.read_text(), filename=str(path))
+
+
+def _method_name_comparisons(tree: ast.AST, source: str) -> list[str]:
+    """Comparisons of an expression that mentions a method with a registered method's name."""
+    names = set(methods.REGISTRY)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        consts = []
+        for side in [node.left, *node.comparators]:
+            elts = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
+            consts += [e.value for e in elts if isinstance(e, ast.Constant)]
+        text = ast.get_source_segment(source, node) or ""
+        if names & set(consts) and "method" in text:
+            found.append(f"line {node.lineno}: {text}")
+    return found
+
+
+def test_only_the_registry_compares_method_names():
+    offenders = {}
+    for name, path, tree in _modules():
+        if name.startswith("ssgp_ppl.methods"):
+            continue
+        hits = _method_name_comparisons(tree, path.read_text())
+        if hits:
+            offenders[name] = hits
+    assert not offenders, offenders
+
+
+def test_the_check_finds_a_method_name_comparison():
+    src = 'def f(entry, method):\n    return method == "nuts" or "svi" in entry.methods\n'
+    assert len(_method_name_comparisons(ast.parse(src), src)) == 2
+
+
+def test_guide_abilities_are_not_looked_up_with_getattr():
+    offenders = []
+    for name, _, tree in _modules():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant) and node.args[1].value in ABILITIES):
+                offenders.append(f"{name}:{node.lineno}")
+    assert not offenders, offenders
+
+
+def _imports(name: str, tree: ast.AST, modules) -> set[str]:
+    """Every ssgp_ppl module ``name`` imports by name, at module level or inside functions
+    (TYPE_CHECKING blocks excluded: they never run); ``from pkg import sub`` is an import of the
+    submodule ``pkg.sub``."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for b in node.body for n in ast.walk(b)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("ssgp_ppl")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ssgp_ppl"):
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if sub in modules else node.module)
+    return out
+
+
+def test_no_import_loops():
+    mods = {name: tree for name, _, tree in _modules()}
+    graph = {name: {m for m in _imports(name, tree, mods) if m in mods and m != name}
+             for name, tree in mods.items()}
+    cycles = []
+
+    def visit(node, stack, seen):
+        for nxt in graph[node]:
+            if nxt in stack:
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in seen:
+                seen.add(nxt)
+                visit(nxt, stack + [nxt], seen)
+
+    for start in graph:
+        visit(start, [start], {start})
+    assert not cycles, sorted(set(cycles))[:10]
+
+
+@pytest.mark.parametrize("name", sorted(methods.REGISTRY))
+def test_every_method_has_one_shape(name):
+    m = methods.REGISTRY[name]
+    assert m.name == name
+    assert isinstance(m, methods.Method)
+    schema = m.Settings.schema()
+    assert schema and all(f.doc for f in schema.values())
+    # its table is what the catalog validates
+    from ssgp_ppl.entry import SCHEMA
+
+    assert SCHEMA["inference"][name] == schema

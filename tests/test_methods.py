@@ -1,0 +1,149 @@
+"""Contract of every registered inference method: settings in, a Posterior out that predicts,
+scores, saves and loads — the same for every method (run over ``ssgp_ppl.methods.REGISTRY``)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import ssgp_ppl
+from ssgp_ppl import methods
+from ssgp_ppl.datasets import load
+from ssgp_ppl.entry import load_entry
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.pipeline import fit, prerequisites
+from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
+from ssgp_ppl.report import SMALL_SETTINGS
+
+# one catalog entry per method, cut down to a quick run
+CASES = {
+    "ml": ("ssgp", ["ml.steps=200"]),
+    "svi": ("ssgp_svi", ["svi.steps=150", "predictive.samples=20"]),
+    "nuts": ("ssgp_svi", ["nuts.warmup=30", "nuts.samples=30", "nuts.chains=2",
+                          "nuts.max_tree_depth=4"]),
+    "ncvmp": ("tan_va", ["ncvmp.restarts=2", "ncvmp.max_iter=30", "predictive.samples=20"]),
+    "local": ("tan_local", ["local.k=20", "ncvmp.restarts=2", "ncvmp.max_iter=20"]),
+}
+
+
+def test_every_registered_method_has_a_case():
+    assert set(CASES) == set(methods.REGISTRY)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """Raw pendulum rows as a DataFrame and as the same CSV file (100 rows: 90 train, 10 test)."""
+    data = load("pendulum")
+    x = data.x_scaler.inverse(data.x_train[:100])
+    y = data.y_scaler.inverse(data.y_train[:100])
+    df = pd.DataFrame(x, columns=list(data.feature_names)).assign(y=y)
+    path = tmp_path_factory.mktemp("data") / "pendulum_rows.csv"
+    df.to_csv(path, index=False, float_format="%.17g")
+    return df, path
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def fitted(request, table):
+    method = request.param
+    name, sets = CASES[method]
+    entry = load_entry(name).with_overrides(sets)
+    data = load(str(table[1]), target="y", x_scaling=entry.config["data"]["x_scaling"])
+    return method, entry, data, fit(entry, data, method, seed=0, progress=False)
+
+
+def test_run_returns_a_posterior(fitted):
+    method, entry, data, post = fitted
+    assert isinstance(post, Posterior) and isinstance(post.info, FitInfo)
+    assert post.method == method and post.model == entry.name
+    for v in post.sites.values():  # (chain, draw, ...)
+        assert v.ndim >= 2
+    assert post.metrics["rmse"] > 0 and np.isfinite(post.metrics["mnlp"])
+    assert post.mean.shape == post.var.shape == (data.n_test,)
+    assert "predictions" in post.datatree.children
+
+
+def test_predict_at_raw_inputs_equals_the_pipeline(fitted):
+    """predict() takes inputs in original units; at the test rows it gives the pipeline's
+    predictions (which were made from the standardised test split)."""
+    _, _, data, post = fitted
+    pred = post.predict(data.x_scaler.inverse(data.x_test))
+    np.testing.assert_allclose(pred.mean, post.mean, rtol=1e-6, atol=1e-6 * np.abs(post.mean).max())
+    np.testing.assert_allclose(pred.var, post.var, rtol=1e-5)
+    lo, hi = pred.interval(0.9)
+    assert np.all(lo < pred.mean) and np.all(pred.mean < hi)
+    # the 90% interval holds 90% of the predictive: its draws, one per posterior draw, fall inside
+    # about that often (a loose check: ≥ 20 test points × draws)
+    inside = np.mean((pred.draws >= lo) & (pred.draws <= hi))
+    assert 0.75 < inside <= 1.0
+
+
+def test_save_load_predict_identical(fitted, tmp_path):
+    _, _, data, post = fitted
+    path = post.save(tmp_path / "post.nc")
+    back = ssgp_ppl.load(path)
+    x_new = data.x_scaler.inverse(data.x_test[:7])
+    a, b = post.predict(x_new), back.predict(x_new)
+    for k in ("mean", "var", "mean_f", "var_f", "draws"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k), err_msg=k)
+    assert back.method == post.method and back.entry.config == post.entry.config
+    assert back.metrics == post.metrics and back.info == post.info
+
+
+def test_a_dataframe_fits_as_its_csv(fitted, table):
+    method, entry, _, post = fitted
+    from_df = ssgp_ppl.fit(entry, data=table[0], target="y", method=method)
+    assert from_df.metrics == pytest.approx(post.metrics, rel=1e-6)
+    np.testing.assert_allclose(from_df.mean, post.mean, rtol=1e-6)
+    # a DataFrame given to predict is read by column name, in any order, the target ignored
+    rows = table[0].iloc[:6]
+    by_name = from_df.predict(rows[rows.columns[::-1]])
+    by_order = from_df.predict(rows.drop(columns="y").to_numpy())
+    np.testing.assert_array_equal(by_name.mean, by_order.mean)
+    with pytest.raises(SSGPError, match="lacks the input columns"):
+        from_df.predict(rows.drop(columns=rows.columns[0]))
+
+
+def test_saved_posterior_predicts_the_same_in_a_new_process(tmp_path, table):
+    """The docs' example end to end: fit from a DataFrame, predict, save; load and predict in
+    another Python process."""
+    entry = load_entry("ssgp_svi").with_overrides(CASES["svi"][1])
+    post = ssgp_ppl.fit(entry, data=table[0], target="y")
+    x_new = table[0].drop(columns="y").to_numpy()[:5] * 1.01
+    post.save(tmp_path / "p.nc")
+    np.save(tmp_path / "x.npy", x_new)
+    code = ("import json, sys, numpy as np, ssgp_ppl; p = ssgp_ppl.load(sys.argv[1]);"
+            "r = p.predict(np.load(sys.argv[2])); print(json.dumps([r.mean.tolist(), r.var.tolist()]))")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.nc"), str(tmp_path / "x.npy")],
+                         capture_output=True, text=True, env=env, timeout=300, check=True)
+    mean, var = json.loads(out.stdout.strip().splitlines()[-1])
+    here = post.predict(x_new)
+    np.testing.assert_array_equal(np.asarray(mean), here.mean)
+    np.testing.assert_array_equal(np.asarray(var), here.var)
+
+
+def test_prerequisites_hand_over_type2_estimates_explicitly():
+    """NUTS on a model with type-II hyperparameters conditions on the estimates the caller
+    passes in; prerequisites() gets them from the entry's own method, run once."""
+    entry = load_entry("svbssgp").with_overrides(list(SMALL_SETTINGS) + ["m=4"])
+    data = load("pendulum")
+    data = data._replace(x_train=data.x_train[:60], y_train=data.y_train[:60],
+                         x_test=data.x_test[:10], y_test=data.y_test[:10])
+    nuts = methods.get("nuts")
+    with pytest.raises(SSGPError, match="type-II"):
+        nuts.run(entry, data, progress=False)
+    given = prerequisites(entry, data, nuts, progress=False)
+    assert set(given.type2) == set(entry.learned_sites)
+    doubled = Handoff(type2={k: 2.0 * np.asarray(v) for k, v in given.type2.items()})
+    post = fit(entry, data, "nuts", progress=False, inputs=doubled)
+    for k in entry.learned_sites:  # the draws carry exactly the values handed in
+        np.testing.assert_allclose(post.sites[k][0, 0], doubled.type2[k], rtol=1e-6)
+
+
+def test_unknown_method_is_one_error():
+    with pytest.raises(SSGPError, match="unknown method 'mcmc'; known: ml, svi, nuts, ncvmp, local"):
+        methods.get("mcmc")
