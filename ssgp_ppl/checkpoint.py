@@ -133,3 +133,32 @@ def restore_leaves(template_leaves, saved: Saved, path) -> list:
                             f"this run needs {np.dtype(t.dtype)}{list(np.shape(t))} "
                             "(another model, guide or precision)")
     return list(saved.leaves)
+
+
+def _sha(*arrays) -> str:
+    digest = hashlib.sha256()
+    for a in arrays:
+        digest.update(np.ascontiguousarray(a).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def run_fingerprint(entry, data, method: str, seed: int,
+                    steps: int | None, given: dict | None = None) -> dict:
+    """What a checkpoint must match to be resumed: the entry and its full configuration, the
+    data (name, split, sizes and a hash of the scaled training rows), seed, method, steps, the
+    float width, the arrays ``given`` to :func:`ssgp_ppl.pipeline.fit` (spectral points, type-II values,
+    partitions; hashed) and the JAX / NumPyro versions (another version need not reproduce the
+    same bits)."""
+    extra = {f"{k}_sha256": _sha(*[np.asarray(v) for v in (a.values() if isinstance(a, dict)
+                                                           else [a])])
+             for k, a in (given or {}).items() if a is not None}
+    import jax
+    import numpyro
+
+    return fingerprint(model=entry.name, config=entry.config, data=data.name,
+                                  split=data.split, n_train=data.n_train,
+                                  n_features=data.n_features,
+                                  data_sha256=_sha(data.x_train, data.y_train), seed=seed,
+                                  method=method, steps=steps,
+                                  x64=bool(jax.config.read("jax_enable_x64")),
+                                  jax=jax.__version__, numpyro=numpyro.__version__, **extra)

@@ -9,18 +9,15 @@ fitted here first by :func:`prerequisites` and handed over explicitly.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 
 import jax
 import numpy as np
-import numpyro
 import xarray as xr
 from scipy.special import ndtr
 
 from ssgp_ppl import datatree, methods
-from ssgp_ppl.checkpoint import Checkpoint
-from ssgp_ppl.checkpoint import fingerprint as checkpoint_fingerprint
+from ssgp_ppl.checkpoint import Checkpoint, run_fingerprint
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import SSGPError
@@ -133,29 +130,3 @@ def metrics_record(post: Posterior, data: Dataset) -> dict:
             **{k: float(v) for k, v in post.metrics.items()},
             **{k: v for k, v in optional.items() if v is not None},
             "fit_seconds": float(info.fit_seconds), "predict_seconds": float(info.predict_seconds)}
-
-
-def _sha(*arrays) -> str:
-    digest = hashlib.sha256()
-    for a in arrays:
-        digest.update(np.ascontiguousarray(a).tobytes())
-    return digest.hexdigest()[:16]
-
-
-def run_fingerprint(entry: CatalogEntry, data: Dataset, method: str, seed: int,
-                    steps: int | None, given: dict | None = None) -> dict:
-    """What a checkpoint must match to be resumed: the entry and its full configuration, the
-    data (name, split, sizes and a hash of the scaled training rows), seed, method, steps, the
-    float width, the arrays ``given`` to :func:`fit` (spectral points, type-II values,
-    partitions; hashed) and the JAX / NumPyro versions (another version need not reproduce the
-    same bits)."""
-    extra = {f"{k}_sha256": _sha(*[np.asarray(v) for v in (a.values() if isinstance(a, dict)
-                                                           else [a])])
-             for k, a in (given or {}).items() if a is not None}
-    return checkpoint_fingerprint(model=entry.name, config=entry.config, data=data.name,
-                                  split=data.split, n_train=data.n_train,
-                                  n_features=data.n_features,
-                                  data_sha256=_sha(data.x_train, data.y_train), seed=seed,
-                                  method=method, steps=steps,
-                                  x64=bool(jax.config.read("jax_enable_x64")),
-                                  jax=jax.__version__, numpyro=numpyro.__version__, **extra)

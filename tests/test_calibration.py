@@ -22,6 +22,8 @@ def _normal_mean_problem(n=30, seed=0):
 
 
 def _tree(y, mu, log_q=None):
+    """A DataTree of draws ``mu``: VI draws with their log q when ``log_q`` is given, else draws
+    presented as a Markov chain sampler's posterior draws (sample stats with no divergence)."""
     groups = {"posterior": {"mu": mu[None]},
               "log_likelihood": {"y": stats.norm.logpdf(y, mu[:, None], 1.0)[None]},
               "posterior_predictive": {"y": (mu[:, None] + np.random.default_rng(1).normal(
@@ -30,6 +32,8 @@ def _tree(y, mu, log_q=None):
     if log_q is not None:
         lp = stats.norm.logpdf(mu, 0, 10) + stats.norm.logpdf(y, mu[:, None], 1.0).sum(1)
         groups["sample_stats"] = {"lp": lp[None], "log_q": log_q[None]}
+    else:
+        groups["sample_stats"] = {"diverging": np.zeros((1, mu.size), bool)}
     return from_dict(groups)
 
 

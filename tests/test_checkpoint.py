@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from ssgp_ppl import checkpoint as ckpt_io
-from ssgp_ppl.entry import load_entry
 from ssgp_ppl.checkpoint import Checkpoint
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.fit import fit
-from ssgp_ppl.inference import run_svi
+from ssgp_ppl.inference import Schedule, run_svi
+from ssgp_ppl.pipeline import fit
 
 STEPS, CHUNK = 600, 100
 FP = {"model": "ssgp_svi", "seed": 0}
@@ -39,7 +39,7 @@ def problem(pendulum):
 
 def _run(problem, checkpoint=None, callback=None, steps=STEPS):
     model, guide, x, y = problem
-    return run_svi(model, guide, x, y, steps=steps, chunk=CHUNK, min_steps=steps, seed=3,
+    return run_svi(model, guide, x, y, Schedule(steps, chunk=CHUNK, min_steps=steps), seed=3,
                    progress=False, checkpoint=checkpoint, callback=callback)
 
 
@@ -134,7 +134,7 @@ def test_fit_fingerprint_covers_config_data_and_seed(pendulum, tmp_path):
     entry = load_entry("ssgp").with_overrides(["ml.steps=300", "ml.min_steps=300", "m=5"])
     ck = Checkpoint(tmp_path / "ck.npz", every=100)
     res = fit(entry, pendulum, seed=0, progress=False, checkpoint=ck)
-    assert res.info["interrupted"] is False and res.info["steps"] == 300
+    assert res.info.interrupted is False and res.info.steps == 300
     again = fit(entry, pendulum, seed=0, progress=False, checkpoint=ck._replace(resume=True))
     assert again.metrics == res.metrics  # same seed, same metrics (here via the checkpoint)
     for change, key in ((dict(seed=1), "seed"), (dict(entry=entry.with_overrides(["ml.lr=0.02"])),

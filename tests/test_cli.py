@@ -77,7 +77,8 @@ def test_debug_flag_after_the_subcommand_shows_the_traceback():
         (["fit", "nosuchmodel", "--data", "pendulum"], ["unknown catalog model", "ssgp"]),
         (["fit", "ssgp", "--data", "pendulum", "--set", "bogus=1"], ["unknown key"]),
         (["fit", "ssgp", "--data", "pendulum", "--set", "m=0"], ["model.m"]),
-        (["fit", "ssgp", "--data", "pendulum", "--method", "nuts"], ["NUTS needs priors"]),
+        (["fit", "ssgp", "--data", "pendulum", "--method", "nuts"],
+         ["'nuts' needs latent sites", "this model has none"]),
     ],
     ids=["unknown-data", "unknown-model", "unknown-set-key", "impossible-m", "nuts-on-ml"],
 )

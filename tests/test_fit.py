@@ -6,15 +6,16 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 import xarray as xr
+from numpyro.infer import Trace_ELBO
 from numpyro.infer.autoguide import AutoNormal
 from scipy.special import ndtr
 
-from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.fit import fit
-from ssgp_ppl.inference import run_svi
+from ssgp_ppl.inference import Batching, Schedule, run_svi
 from ssgp_ppl.metrics import nmse
+from ssgp_ppl.pipeline import fit
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +76,8 @@ def test_svi_stops_when_converged_and_matches_conjugate_posterior():
     rng = np.random.default_rng(0)
     y = jnp.asarray(rng.normal(1.5, 1.0, 200))
     x = jnp.zeros((200, 1))
-    res = run_svi(_toy, AutoNormal(_toy), x, y, steps=20000, lr=0.05, chunk=200, seed=0,
-                  num_particles=4, progress=False)
+    res = run_svi(_toy, AutoNormal(_toy), x, y, Schedule(20000, lr=0.05, chunk=200),
+                  loss=Trace_ELBO(num_particles=4), seed=0, progress=False)
     assert res.converged and res.steps < 20000
     post_mean = float(y.sum() / (200 + 0.01))
     assert res.params["mu_auto_loc"] == pytest.approx(post_mean, abs=0.02)
@@ -89,8 +90,8 @@ def test_svi_nan_loss_names_step_and_last_finite_loss():
         numpyro.factor("f", -jnp.log(p))
 
     with pytest.raises(SSGPError, match=r"NaN/inf at step [4-6]; last finite loss -[0-9.]+ "):
-        run_svi(model, lambda x, y=None: None, jnp.zeros((3, 1)), jnp.zeros(3), steps=100,
-                lr=0.01, chunk=50, progress=False)
+        run_svi(model, lambda x, y=None: None, jnp.zeros((3, 1)), jnp.zeros(3),
+                Schedule(100, lr=0.01, chunk=50), progress=False)
 
 
 def test_svi_minibatch_recovers_full_batch_solution():
@@ -105,8 +106,8 @@ def test_svi_minibatch_recovers_full_batch_solution():
                 scale=1.0 if n_total is None else n_total / x.shape[0]):
             numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
 
-    res = run_svi(model, AutoNormal(model), x, y, steps=6000, lr=0.01, batch_size=100, seed=0,
-                  progress=False)
+    res = run_svi(model, AutoNormal(model), x, y, Schedule(6000, lr=0.01),
+                  batching=Batching(batch_size=100), seed=0, progress=False)
     assert res.params["mu_auto_loc"] == pytest.approx(float(y.mean()), abs=0.03)
 
 

@@ -1,7 +1,8 @@
 """Tests for ssgp_ppl.guides: the sVBSSGP joint affine guide α = vec(θ, s) = M z + b (Hoang et al. 2017, §3.1,
 Lemma 1) and the VSSGP mean-field guide (Hoang et al. 2017, Remark 2): their densities against dense float64
 references, Monte Carlo moments, smooth per-draw ELBOs, the sites they accept, and the unbiasedness
-of the partition-sampled ELBO gradient (Hoang et al. 2017, §4.1 Theorem 1 / eq. 7; Hoang et al. 2017 (extended version), App. G Prop. 2:
+of the partition-sampled ELBO gradient (Hoang et al. 2017, §4.1 Theorem 1 / eq. 7; extended version,
+App. G Prop. 2:
 a partitions × b draws of z per step).
 """
 
@@ -22,7 +23,7 @@ from scipy import stats
 from ssgp_ppl import datasets
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.guides import joint_affine_guide, mean_field_guide
+from ssgp_ppl.guides import JointAffineGuide, MeanFieldGuide
 from ssgp_ppl.inference import batch_sampler
 from ssgp_ppl.model import Hyper, ssgp_model
 from ssgp_ppl.partitions import kmeans_partitions
@@ -97,7 +98,7 @@ def test_joint_affine_initial_scale_is_documented_prior_std(x64):
     """σ₀ = init_scale × prior std: 1/(2πℓ₀) for θ, σ_s/√m for s (catalog init ℓ₀ = σ_s = 1)."""
     m, d = 3, 2
     spec = _spec(m, d)
-    sigma0 = _sigma0(spec, joint_affine_guide(spec), jnp.zeros((4, d)))
+    sigma0 = _sigma0(spec, JointAffineGuide(spec), jnp.zeros((4, d)))
     want = np.concatenate([np.full(m * d, INIT_SCALE / (2 * np.pi * spec.lengthscales.value)),
                            np.full(2 * m, INIT_SCALE * spec.signal.value / math.sqrt(m))])
     np.testing.assert_allclose(sigma0, want, rtol=1e-12)
@@ -111,7 +112,7 @@ def test_joint_affine_log_q_equals_dense_density(precision, psi):
     spec = _spec(m, d)
     dim = m * d + 2 * m
     x = jnp.zeros((5, d))
-    guide = joint_affine_guide(spec, psi=psi, df=df)
+    guide = JointAffineGuide(spec, psi=psi, df=df)
     sigma0 = _sigma0(spec, guide, x)
     u, b = _dense_affine(dim, seed=1, dtype=precision)
     params = {"alpha_matrix": u, "alpha_loc": b}
@@ -142,7 +143,7 @@ def test_joint_affine_log_q_uses_abs_det_for_negative_determinant(x64):
     spec = _spec(m, d)
     dim = m * d + 2 * m
     x = jnp.zeros((3, d))
-    guide = joint_affine_guide(spec)
+    guide = JointAffineGuide(spec)
     sigma0 = _sigma0(spec, guide, x)
     u, b = _dense_affine(dim, seed=4)
     u = u[jnp.array([1, 0] + list(range(2, dim)))]
@@ -167,7 +168,7 @@ def test_joint_affine_sample_moments(x64, psi, df):
     spec = _spec(m, d)
     dim = m * d + 2 * m
     x = jnp.zeros((3, d))
-    guide = joint_affine_guide(spec, psi=psi, df=df or 5.0)
+    guide = JointAffineGuide(spec, psi=psi, df=df or 5.0)
     sigma0 = _sigma0(spec, guide, x)
     u, b = _dense_affine(dim, seed=2)
     mat = sigma0[:, None] * np.asarray(u)
@@ -203,12 +204,12 @@ def test_per_draw_elbo_gradients(x64, pendulum, guide_name):
     rng = np.random.default_rng(5)
     hyper = {"noise": np.float64(0.5), "signal": np.float64(1.1), "lengthscales": rng.uniform(0.8, 1.5, d)}
     if guide_name == "mean_field":
-        guide = mean_field_guide(spec)
+        guide = MeanFieldGuide(spec)
         init = _init_values(guide, x)
         params = {k: init[k] * (1 + 0.2 * rng.uniform(size=init[k].shape))
                   for k in ("frequencies_loc", "frequencies_scale", "nuisance_loc", "nuisance_scale")}
     else:
-        guide = joint_affine_guide(spec, psi=guide_name.split("-")[1], df=4.0)
+        guide = JointAffineGuide(spec, psi=guide_name.split("-")[1], df=4.0)
         u, _ = _dense_affine(m * d + 2 * m, seed=6)
         b = _init_values(guide, x)["alpha_loc"] + 0.05 * rng.standard_normal(m * d + 2 * m)
         params = {"alpha_matrix": u, "alpha_loc": b}
@@ -232,7 +233,7 @@ def test_mean_field_params_and_density(precision):
     m, d = 2, 3
     spec = _spec(m, d)
     x = jnp.zeros((4, d))
-    guide = mean_field_guide(spec)
+    guide = MeanFieldGuide(spec)
     tr = _trace(guide, None, x)
     names = {k for k, site in tr.items() if site["type"] == "param"}
     assert names == {"frequencies_loc", "frequencies_scale", "nuisance_loc", "nuisance_scale"}
@@ -266,7 +267,7 @@ def test_mean_field_frequencies_and_nuisance_independent_joint_affine_correlated
         prods = c[:, :n_theta, None] * c[:, None, n_theta:]  # (n, mθ, 2m)
         return prods.mean(0), prods.std(0, ddof=1) / math.sqrt(n)
 
-    mf = mean_field_guide(spec)
+    mf = MeanFieldGuide(spec)
     rng = np.random.default_rng(9)
     mf_params = {"frequencies_loc": rng.standard_normal((m, d)),
                  "frequencies_scale": rng.uniform(0.5, 2, (m, d)),
@@ -274,7 +275,7 @@ def test_mean_field_frequencies_and_nuisance_independent_joint_affine_correlated
     est, se = cross(_alpha_draws(mf, mf_params, x, n, seed=12))
     assert np.abs(est / se).max() < 4.5
 
-    ja = joint_affine_guide(spec)
+    ja = JointAffineGuide(spec)
     sigma0 = _sigma0(spec, ja, x)
     u, b = _dense_affine(dim, seed=10)
     mat = sigma0[:, None] * np.asarray(u)
@@ -301,7 +302,7 @@ def _bad_specs():
     }
 
 
-@pytest.mark.parametrize("builder", [joint_affine_guide, mean_field_guide],
+@pytest.mark.parametrize("builder", [JointAffineGuide, MeanFieldGuide],
                          ids=["joint_affine", "mean_field"])
 @pytest.mark.parametrize("case", list(_bad_specs()))
 def test_guides_reject_other_latent_sites(builder, case):
@@ -313,7 +314,7 @@ def test_guides_reject_other_latent_sites(builder, case):
 
 def test_joint_affine_rejects_unknown_psi():
     with pytest.raises(SSGPError, match="unknown ψ 'laplace'; known: normal, student_t"):
-        joint_affine_guide(_spec(2, 2), psi="laplace")
+        JointAffineGuide(_spec(2, 2), psi="laplace")
 
 
 # --------------------------------------------------------------------------- unbiasedness (§4.1)
@@ -354,8 +355,8 @@ def gradient_draws(request):
         spec = _spec(M, d)
         model = functools.partial(ssgp_model, spec=spec)
         name = request.param
-        guide = (mean_field_guide(spec) if name == "mean_field"
-                 else joint_affine_guide(spec, psi=name.split("-")[1], df=4.0))
+        guide = (MeanFieldGuide(spec) if name == "mean_field"
+                 else JointAffineGuide(spec, psi=name.split("-")[1], df=4.0))
         params = _setting_params(name, spec, guide, x, d)
         parts = kmeans_partitions(np.asarray(x), P, seed=0)
         p = parts.count  # k-means may cut a large cluster: p is what batch_sampler scales by
@@ -395,7 +396,8 @@ def paired_z(a: dict, b: dict) -> dict:
 
 def test_partition_sampled_gradient_is_unbiased_paired(gradient_draws):
     """E over (a partitions drawn with replacement, scale p/a) of the stochastic gradient equals the
-    full-data gradient for the same z (Hoang et al. 2017, eq. 7; Hoang et al. 2017 (extended version), App. G Prop. 2), for the guide's
+    full-data gradient for the same z (Hoang et al. 2017, eq. 7; extended version, App. G Prop. 2),
+    for the guide's
     params and the type-II σ_n, σ_s, ℓ.
 
     Pairing on the z key leaves only the partition-sampling noise. Threshold: under H0 each
@@ -467,7 +469,7 @@ def test_joint_affine_marginal_of_theta_equals_joint_minus_conditional(x64):
     use) equals log q(θ, s) − log q(s | θ) from the guide's own trace (log ψ(z) − log|det M|,
     the slogdet path), for a full, non-triangular U and several draws."""
     spec = _spec(3, 2)
-    guide = joint_affine_guide(spec)
+    guide = JointAffineGuide(spec)
     x = jnp.zeros((4, 2))
     dim = 3 * 2 + 6
     rng = np.random.default_rng(5)

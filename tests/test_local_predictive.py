@@ -9,14 +9,14 @@ import pytest
 
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.model import (
+from ssgp_ppl.partitions import kmeans_partitions
+from ssgp_ppl.predictive import (
     degenerate_predictive,
     local_conditional,
     local_data,
     marginal_predictive,
     predict_draws,
 )
-from ssgp_ppl.partitions import kmeans_partitions
 
 M, SIGNAL, NOISE = 5, 1.3, 0.4
 N_TEST = 60

@@ -1,4 +1,5 @@
-"""Tests for ssgp_ppl.model: the SSGP marginal likelihood and predictive against dense float64 GP
+"""Tests for ssgp_ppl.model and its predictive rules (ssgp_ppl.predictive): the SSGP marginal
+likelihood and predictive against dense float64 GP
 references (Hoang et al. 2017, eqs. 2-3; Lázaro-Gredilla et al. 2010), gradients, Monte Carlo moments, the
 NumPyro model's sites for every parameterisation / nuisance / hyperparameter role, and minibatch
 scaling.
@@ -21,13 +22,11 @@ from ssgp_ppl.model import (
     Hyper,
     SSGPMarginal,
     SSGPSpec,
-    degenerate_predictive,
     frequency_prior,
     marginal_log_likelihood,
-    marginal_predictive,
-    predict_draws,
     ssgp_model,
 )
+from ssgp_ppl.predictive import degenerate_predictive, marginal_predictive, predict_draws
 
 SIGNAL, NOISE = 1.3, 0.4
 
@@ -204,7 +203,8 @@ def test_predict_draws_vectorises_both_rules(x64, pendulum):
 
 @pytest.mark.parametrize("density", ["se", "matern12", "matern32", "matern52"])
 def test_frequency_prior_is_spectral_density(x64, density):
-    """log p(θ | ℓ) = Σ_i log p(r_i) with p the spectral density of Hoang et al. 2017, eq. 1 (same convention)."""
+    """log p(θ | ℓ) = Σ_i log p(r_i) with p the spectral density of Hoang et al. 2017, eq. 1 (same
+    convention)."""
     ell = jnp.array([0.7, 1.3, 0.4])
     r = jnp.asarray(np.random.default_rng(2).normal(scale=0.4, size=(5, 3)))
     prior = frequency_prior(ell, 5, density)

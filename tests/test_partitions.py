@@ -1,4 +1,5 @@
-"""Tests for ssgp_ppl.partitions: k-means partitions of real training inputs (Hoang et al. 2017, §2, §4.1) are a
+"""Tests for ssgp_ppl.partitions: k-means partitions of real training inputs (Hoang et al. 2017, §2,
+§4.1) are a
 disjoint cover of the rows, bounded in size, local, deterministic, and test inputs go to the nearest
 centre."""
 

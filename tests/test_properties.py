@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ssgp_ppl.entry import load_entry
 from ssgp_ppl.datasets import load
+from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.fit import fit
+from ssgp_ppl.pipeline import fit
 
 TARGETS = ("smooth", "constant", "near_constant", "duplicated_rows")
 

@@ -20,6 +20,15 @@ def readme_command(kind: str) -> str:
     return m.group(1).strip()
 
 
+def test_generated_tables_are_current():
+    """The README's result tables are what scripts/readme_tables.py makes of reports/*.json."""
+    import sys
+
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "readme_tables.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert readme_command("tests") in [line.strip() for line in ci]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ssgp_ppl.entry import load_entry
-from ssgp_ppl.inference import run_svi
+from ssgp_ppl.inference import Batching, Schedule, run_svi
 
 STEPS = 200
 
@@ -32,7 +32,7 @@ RUN = textwrap.dedent("""
     import numpy as np
     from ssgp_ppl.entry import load_entry
     from ssgp_ppl.datasets import load
-    from ssgp_ppl.inference import batch_sampler, run_svi
+    from ssgp_ppl.inference import Batching, Schedule, batch_sampler, run_svi
     from ssgp_ppl.sharding import row_mesh
 
     data = load("pendulum")
@@ -42,8 +42,9 @@ RUN = textwrap.dedent("""
     parts = entry.partitions(data.x_train, seed=0)
 
     def train(devices=None):
-        res = run_svi(model, guide, data.x_train, data.y_train, steps=STEPS, partitions=parts,
-                      per_step=1, chunk=100, progress=False, devices=devices)
+        res = run_svi(model, guide, data.x_train, data.y_train, Schedule(STEPS, chunk=100),
+                      batching=Batching(partitions=parts, per_step=1), progress=False,
+                      devices=devices)
         return {"loss": res.losses, **{k: np.asarray(v) for k, v in res.params.items()}}
 
     out = {}
@@ -116,8 +117,9 @@ def reference(x64, pendulum):
     spec = entry.spec(pendulum.n_features)
     model = entry.model(spec)
     parts = entry.partitions(pendulum.x_train, seed=0)
-    res = run_svi(model, entry.guide(spec, model), pendulum.x_train, pendulum.y_train, steps=STEPS,
-                  partitions=parts, per_step=1, chunk=100, progress=False, devices=1)
+    res = run_svi(model, entry.guide(spec, model), pendulum.x_train, pendulum.y_train,
+                  Schedule(STEPS, chunk=100), batching=Batching(partitions=parts, per_step=1),
+                  progress=False, devices=1)
     return {"loss": res.losses, **{k: np.asarray(v) for k, v in res.params.items()}}
 
 

@@ -150,7 +150,8 @@ def test_frequencies_from_spectral_points():
 
 @pytest.mark.parametrize("density", DENSITIES)
 def test_kernel_estimate_converges_like_inverse_sqrt_m(x64, pendulum, density):
-    """max |k̂ − k| over 30×30 pendulum pairs shrinks ~ m^{-1/2} (Hoang et al. 2017, eq. 2, Tan et al. 2016, eq. 4)."""
+    """max |k̂ − k| over 30×30 pendulum pairs shrinks ~ m^{-1/2} (Hoang et al. 2017, eq. 2;
+    Tan et al. 2016, eq. 4)."""
     x = pendulum.x_train[:30]
     d = x.shape[1]
     ell = _ard_lengthscales(d)

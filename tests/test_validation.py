@@ -125,7 +125,7 @@ def test_python_api_raises_the_package_error(tmp_path):
 
 def test_test_inputs_with_other_columns_are_refused(pendulum):
     from ssgp_ppl.entry import load_entry
-    from ssgp_ppl.fit import fit
+    from ssgp_ppl.pipeline import fit
 
     entry = load_entry("ssgp").with_overrides(["ml.steps=5"])
     bad = pendulum._replace(x_test=np.c_[pendulum.x_test, pendulum.x_test[:, :1]])

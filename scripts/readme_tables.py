@@ -1,0 +1,60 @@
+"""Tables of the README generated from the archived JSON in reports/ (never typed by hand).
+
+    python scripts/readme_tables.py          # rewrite the generated blocks of README.md
+    python scripts/readme_tables.py --check  # exit 1 if README.md differs from the JSON
+
+A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- /generated -->``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def catalog_metrics() -> str:
+    """reports/catalog_metrics.json (benchmarks/catalog_metrics.py) as a Markdown table."""
+    doc = json.loads((ROOT / "reports" / "catalog_metrics.json").read_text())
+    cols = ["rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90"]
+    head = ("| entry | method | data | RMSE | NMSE | MNLP | CRPS | cov. 50% | cov. 90% | fit s |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    rows = sorted(doc["records"], key=lambda r: (r["dataset"] != "pendulum", r["dataset"],
+                                                 r["model"], r["method"] == "nuts"))
+    lines = [f"| `{r['model']}` | {r['method']} | {r['dataset']} | "
+             + " | ".join(f"{r[c]:.4g}" for c in cols) + f" | {r['fit_seconds']:.1f} |"
+             for r in rows]
+    return "\n".join([head, *lines])
+
+
+BLOCKS = {"catalog_metrics": catalog_metrics}
+
+
+def render(text: str) -> str:
+    for name, make in BLOCKS.items():
+        pattern = re.compile(rf"(<!-- generated: {name} -->\n)(?:.*?\n)?(<!-- /generated -->)", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"README.md has no generated block '{name}'")
+        text = pattern.sub(lambda m, make=make: m.group(1) + make() + "\n" + m.group(2), text)
+    return text
+
+
+def main() -> int:
+    path = ROOT / "README.md"
+    text = path.read_text()
+    new = render(text)
+    if "--check" in sys.argv[1:]:
+        if new != text:
+            print("README.md's generated tables differ from reports/*.json: run "
+                  "python scripts/readme_tables.py", file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
