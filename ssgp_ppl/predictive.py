@@ -53,6 +53,26 @@ def marginal_predictive(x_train, y_train, x_test, frequencies, signal, noise):
     return phi_star @ w, noise**2 * jnp.sum(v**2, axis=0)
 
 
+def loo_predictive(x_train, y_train, frequencies, signal, noise):
+    """Leave-one-out predictive p(yᵢ | y₋ᵢ, θ) of every training row with s integrated out, in
+    O(n m²) from the 2m × 2m factor (no refits): with K = σ_s²/m ΦΦᵀ + σ_n² I and
+    K⁻¹ = (I − Φ A⁻¹ Φᵀ)/σ_n² (Woodbury; A = ΦᵀΦ + (mσ_n²/σ_s²) I), yᵢ | y₋ᵢ ~ N(yᵢ − [K⁻¹y]ᵢ/[K⁻¹]ᵢᵢ,
+    1/[K⁻¹]ᵢᵢ) (the Gaussian-process LOO identity, Rasmussen & Williams 2006, eq. 5.12).
+    Returns (mean, var, log density) per row, each (n,)."""
+    phi = spectral.features(x_train, frequencies)
+    two_m = phi.shape[1]
+    a = phi.T @ phi + (two_m // 2) * noise**2 / signal**2 * jnp.eye(two_m, dtype=phi.dtype)
+    chol = cholesky(a)
+    v = solve_triangular(chol, phi.T, lower=True)  # (2m, n): φᵢᵀA⁻¹φᵢ = ‖vᵢ‖²
+    w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ y_train)
+    kinv_diag = (1.0 - jnp.sum(v**2, axis=0)) / noise**2
+    kinv_y = (y_train - phi @ w) / noise**2
+    var = 1.0 / kinv_diag
+    mean = y_train - kinv_y * var
+    log_dens = -0.5 * (jnp.log(2 * jnp.pi * var) + kinv_y**2 * var)
+    return mean, var, log_dens
+
+
 def degenerate_predictive(x_test, frequencies, nuisance, nuisance_tril=None):
     """γ = 1 test conditional f* = φ_θ(x*)ᵀ s (Hoang et al. 2017, Prop. 1 with γ = 1; VSSGP).
 
