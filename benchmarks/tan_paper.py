@@ -1,4 +1,4 @@
-"""Tan et al. 2016 (Tan et al. 2016) experiments: pendulum, Auto-MPG and timing; prints one JSON document.
+"""Tan et al. 2016 experiments: pendulum, Auto-MPG and timing; prints one JSON document.
 
 Pendulum: Fig. 2-3, §7.1; Auto-MPG: Fig. 9-10, §7.5-7.6; timing: Table 1. float64 as the paper's
 Matlab unless --float32.

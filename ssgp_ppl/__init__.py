@@ -27,7 +27,7 @@ _API = ("fit", "load", "catalog")
 
 def __getattr__(name: str):
     """``ssgp_ppl.fit``, ``load`` and ``catalog`` (:mod:`ssgp_ppl.api`), imported on first use so
-    that ``import ssgp_ppl`` does not start JAX (the CLI sets XLA flags first)."""
+    that ``import ssgp_ppl`` stays light (no JAX, NumPyro or ArviZ until they are used)."""
     if name in _API:
         from ssgp_ppl import api
 

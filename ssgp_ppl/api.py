@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from ssgp_ppl import datasets, methods, pipeline
 from ssgp_ppl import posterior as _posterior
 from ssgp_ppl.entry import CatalogEntry, list_entries, load_entry
@@ -27,6 +29,10 @@ def _entry(model, settings) -> CatalogEntry:
 
 
 def _toml(v) -> str:
+    if isinstance(v, np.generic):  # numpy scalars as the Python values they hold
+        v = v.item()
+    if v is None:
+        raise SSGPError("settings: a catalog value cannot be None")
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
@@ -62,11 +68,8 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         ds = datasets.from_arrays(x, y, x_test, y_test, x_scaling=scaling, target_kind=lik.target)
     else:
         raise SSGPError("fit needs data= (a name, a file path or a DataFrame) or x= and y= arrays")
-    if ds.n_test == 0:
-        m = methods.get(method or entry.methods[0])
-        inputs = pipeline.prerequisites(entry, ds, m, seed=seed, progress=progress)
-        post = m.run(entry, ds, seed=seed, steps=steps, progress=progress, inputs=inputs)
-        return post.replace(feature_names=ds.feature_names)
+    if steps is not None and steps < 1:
+        raise SSGPError(f"steps must be >= 1, got {steps}")
     return pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress)
 
 

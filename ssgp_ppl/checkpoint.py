@@ -144,7 +144,8 @@ def _sha(*arrays) -> str:
 
 def run_fingerprint(entry, data, method: str, seed: int,
                     steps: int | None, given: dict | None = None) -> dict:
-    """What a checkpoint must match to be resumed: the entry and its full configuration, the
+    """What a checkpoint must match to be resumed: the entry and its configuration (its
+    ``description`` and ``paper`` texts aside: they do not change the run), the
     data (name, split, sizes and a hash of the scaled training rows), seed, method, steps, the
     float width, the arrays ``given`` to :func:`ssgp_ppl.pipeline.fit` (spectral points, type-II values,
     partitions; hashed) and the JAX / NumPyro versions (another version need not reproduce the
@@ -155,7 +156,8 @@ def run_fingerprint(entry, data, method: str, seed: int,
     import jax
     import numpyro
 
-    return fingerprint(model=entry.name, config=entry.config, data=data.name,
+    config = {k: v for k, v in entry.config.items() if k not in ("description", "paper")}
+    return fingerprint(model=entry.name, config=config, data=data.name,
                                   split=data.split, n_train=data.n_train,
                                   n_features=data.n_features,
                                   data_sha256=_sha(data.x_train, data.y_train), seed=seed,

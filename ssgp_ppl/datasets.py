@@ -335,12 +335,14 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
                 target_kind: str = "continuous", name: str = "arrays") -> Dataset:
     """A Dataset of in-memory arrays: every row of ``x`` (n, d), ``y`` (n,) is a training row, the
     test rows are ``x_test``, ``y_test`` (none if not given); scalers fitted on the training rows."""
+    feats = tuple(str(c) for c in x.columns) if isinstance(x, pd.DataFrame) else None
+    tname = str(y.name) if isinstance(y, pd.Series) and y.name is not None else "y"
     x = np.asarray(x, np.float64)
     y = np.asarray(y, np.float64)
     x = x[:, None] if x.ndim == 1 else x
     if x.ndim != 2 or y.ndim != 1 or len(x) != len(y):
         raise SSGPError(f"x must be (n, d) and y (n,) with the same n, got {x.shape} and {y.shape}")
-    feats = _xnames(x.shape[1])
+    feats = feats or _xnames(x.shape[1])
     _check_finite_array(x, y, "the arrays x, y", feats, "y")
     if len(x) < 2:
         raise SSGPError(f"{len(x)} training rows are too few; need at least 2")
@@ -354,6 +356,12 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
                         f"{yt.shape}")
     if len(xt):
         _check_finite_array(xt, yt, "the arrays x_test, y_test", feats, "y")
+    for what, v in (("y", y), ("y_test", yt)):
+        if target_kind == "binary" and not np.all((v == 0) | (v == 1)):
+            raise SSGPError(f"{what}: a binary target (probit likelihood) must hold 0 and 1 only")
+        if target_kind == "count" and (np.any(v < 0) or np.any(v != np.round(v))):
+            raise SSGPError(f"{what}: a count target (Poisson likelihood) must hold non-negative "
+                            "integers")
     x_scaler = _fit_x_scaler(x, x_scaling)
     y_scaler = _fit_standard(y) if target_kind == "continuous" else Scaler(np.zeros(()), np.ones(()))
 
@@ -361,7 +369,7 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
         return np.ascontiguousarray(s.transform(a), dtype=np.float64)
 
     return Dataset(name, prep(x, x_scaler), prep(y, y_scaler), prep(xt, x_scaler),
-                   prep(yt, y_scaler), x_scaler, y_scaler, feats, "y", 0)
+                   prep(yt, y_scaler), x_scaler, y_scaler, feats, tname, 0)
 
 
 # --------------------------------------------------------------------------------------------

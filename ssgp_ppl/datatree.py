@@ -5,10 +5,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions  # noqa: F401  (see below)
 import xarray as xr
-from arviz_base import from_dict
+from arviz_base import from_dict  # after numpyro: see below
 
 from ssgp_ppl import invariants, likelihoods, spectral
+
+# arviz_base loads numpyro through lazy_loader; imported first, that leaves the numpyro package
+# without its submodule attributes (numpyro.distributions.distribution, which numpyro.factor
+# reads), so numpyro is imported here before arviz_base
 
 DIMS = {
     "frequencies": ["frequency", "input"],
@@ -76,14 +81,13 @@ def assemble(*, sites: dict | None, chains: int, data, mean_f, var_f,
     closed form itself and f_var is the variance of y* (the local fits do not separate noise)."""
     scale = float(np.asarray(data.y_scaler.scale))
     shift = float(np.asarray(data.y_scaler.inverse(np.zeros(()))))
-    groups: dict = {
-        "observed_data": {"y": np.asarray(data.y_train)},
-        "predictions": by_chain({"f_mean": mean_f, "f_var": var_f, "y_pred": y_pred}, chains),
-        "predictions_constant_data": {"x_test": np.asarray(data.x_test),
-                                      "y_test": np.asarray(data.y_scaler.inverse(data.y_test)),
-                                      "pit": np.asarray(test_pit)},
-        **(extra or {}),
-    }
+    groups: dict = {"observed_data": {"y": np.asarray(data.y_train)}, **(extra or {})}
+    if y_pred is not None:  # a test split was predicted
+        groups["predictions"] = by_chain({"f_mean": mean_f, "f_var": var_f, "y_pred": y_pred},
+                                         chains)
+        groups["predictions_constant_data"] = {
+            "x_test": np.asarray(data.x_test),
+            "y_test": np.asarray(data.y_scaler.inverse(data.y_test)), "pit": np.asarray(test_pit)}
     if sites is not None:
         groups["posterior"] = by_chain(sites, chains)
     if loglik is not None:
@@ -93,8 +97,13 @@ def assemble(*, sites: dict | None, chains: int, data, mean_f, var_f,
         groups["sample_stats"] = by_chain({"lp": log_p, "log_q": log_q}, chains)
     dt = from_dict(groups, dims=DIMS, pred_dims=DIMS)
     if sites is not None and "frequencies" in sites:
+        none = mean_f is None  # no test inputs: no f_test
+        if none:
+            mean_f = var_f = np.zeros((sites["signal"].shape[0], 1))
         inv = invariants.invariant_draws(sites["frequencies"], sites["signal"], sites.get("noise"),
                                          mean_f, var_f, y_scale=scale, y_shift=shift, seed=seed)
+        if none:
+            del inv["f_test"]
         dt["invariants"] = xr.DataTree(invariants.as_dataset(inv, chains))
     dt.attrs.update(y_scale=scale, y_shift=shift)
     return dt

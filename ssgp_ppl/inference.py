@@ -49,8 +49,8 @@ def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_st
     * neither: the full data every step;
     * ``batch_size``: rows drawn uniformly with replacement, likelihood scaled by n / batch;
     * ``partitions`` (:class:`~ssgp_ppl.partitions.Partitions`): ``per_step`` = a of the p
-      padded blocks drawn uniformly, masked, likelihood scaled by p / a (Hoang et al. 2017, §4.1 eq. 7,
-      Hoang et al. 2017 (extended version), App. G). O(a · block size) per step, independent of n.
+      padded blocks drawn uniformly, masked, likelihood scaled by p / a (Hoang et al. 2017, §4.1
+      eq. 7; extended version, App. G). O(a · block size) per step, independent of n.
 
     ``mesh`` (:func:`ssgp_ppl.sharding.row_mesh`): the step's rows are split over its devices
     (block columns padded with masked rows to a multiple of the device count; a uniform batch is

@@ -2,7 +2,7 @@
 
 * frequencies θ (m, d): free variables with a spectral-density prior given lengthscales ℓ, or free
   point estimates (SSGP optimized), or fixed standard spectral points scaled by inverse lengthscales λ
-  (Tan et al. 2016, eq. 4; SSGP fixed, Tan et al.);
+  (Tan et al. 2016, eq. 4; SSGP fixed);
 * nuisance s (2m,) ~ N(0, Λ), Λ = σ_s²/m I (Hoang et al. 2017, eq. 3), either sampled or integrated out
   in closed form (the SSGP marginal likelihood, Hoang et al. 2017, App. E / Lázaro-Gredilla et al. 2010);
 * noise σ_n, signal σ_s and the lengthscales: type-II (``numpyro.param``), fixed, or with a prior

@@ -81,23 +81,18 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
 
 def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
              progress: bool = False) -> Posterior:
-    """``post`` with its test-split prediction, scores (original units) and DataTree."""
-    t1 = time.perf_counter()
-    pred = post.predict_standardised(data.x_test, seed=seed, client=client, progress=progress)
-    predict_seconds = time.perf_counter() - t1
-    check_finite(f"{post.model}:{post.method} predictions of the test rows", pred.mean, pred.var)
+    """``post`` with its test-split prediction, scores (original units) and DataTree (without the
+    prediction groups when ``data`` has no test rows)."""
     lik = post.entry.spec(data.n_features).lik
-    y_test = np.asarray(data.y_scaler.inverse(data.y_test))
     flat = post.flat_sites
-    if post.rule.closed_form:  # NCVMP's and the local fits' one Gaussian per point
-        metrics = regression_metrics(y_test, pred.mean, pred.var)
-    else:
-        metrics = likelihood_metrics(lik, y_test, pred.mean, pred.mean_f, pred.var_f,
-                                     flat.get("noise"), y_model=data.y_test, y_scale=pred.y_scale)
-        if lik.target == "continuous":
-            metrics = regression_metrics(y_test, pred.mean, pred.var) | metrics
-    pit = ndtr((np.asarray(data.y_test, np.float64)[None] - pred.mean_f)
-               / np.sqrt(pred.var_y)).mean(0) if pred.gaussian else np.full(data.n_test, np.nan)
+    pred = metrics = None
+    predict_seconds = 0.0
+    if data.n_test:
+        t1 = time.perf_counter()
+        pred = post.predict_standardised(data.x_test, seed=seed, client=client, progress=progress)
+        predict_seconds = time.perf_counter() - t1
+        check_finite(f"{post.model}:{post.method} predictions of the test rows", pred.mean, pred.var)
+        metrics = _scores(post, pred, data, lik, flat)
     t_loo = time.perf_counter()
     x, y = jax.numpy.asarray(data.x_train), jax.numpy.asarray(data.y_train)
     loglik, y_rep = datatree.train_draws(flat, x, y - post.y_centre, seed + 3, lik) if flat \
@@ -105,19 +100,45 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
     if y_rep is not None:
         y_rep = y_rep + post.y_centre
     loo_seconds = time.perf_counter() - t_loo
-    draw = post.draw_moments(data.x_test) if flat and post.rule.closed_form else pred
+    draw = pred  # per-draw f* for the DataTree: q's own draws where the predictive is closed form
+    if pred is not None and flat and post.rule.closed_form:
+        draw = post.draw_moments(data.x_test)
     dt = datatree.assemble(
-        sites=flat or None, chains=post.chains, data=data, mean_f=draw.mean_f, var_f=draw.var_f,
-        test_pit=pit, y_pred=pred.draws, loglik=loglik, y_rep=y_rep,
-        log_p=None if post.log_p is None else np.ravel(post.log_p),
+        sites=flat or None, chains=post.chains, data=data,
+        mean_f=None if draw is None else draw.mean_f, var_f=None if draw is None else draw.var_f,
+        test_pit=None if pred is None else _pit(pred, data), y_pred=None if pred is None else pred.draws,
+        loglik=loglik, y_rep=y_rep, log_p=None if post.log_p is None else np.ravel(post.log_p),
         log_q=None if post.log_q is None else np.ravel(post.log_q),
-        extra=pred.extra and {"local_fits": pred.extra}, seed=seed)
+        extra=pred.extra and {"local_fits": pred.extra} if pred is not None else None, seed=seed)
     if post.sample_stats is not None:  # a sampler's own statistics (energy, divergences, lp)
         dt["sample_stats"] = xr.DataTree(post.sample_stats)
     dt.attrs.update(model=post.model, method=post.method, dataset=data.name)
-    info = dataclasses.replace(post.info, predict_seconds=predict_seconds,
+    fit_seconds = post.info.fit_seconds
+    if post.rule.fits_at_prediction:  # the local fits are the fit, even though predict runs them
+        fit_seconds, predict_seconds = fit_seconds + predict_seconds, 0.0
+    info = dataclasses.replace(post.info, fit_seconds=fit_seconds, predict_seconds=predict_seconds,
                                loo_seconds=post.info.loo_seconds + loo_seconds)
     return post.replace(test=pred, metrics=metrics, datatree=dt, info=info)
+
+
+def _scores(post, pred, data, lik, flat) -> dict:
+    y_test = np.asarray(data.y_scaler.inverse(data.y_test))
+    if post.rule.closed_form:  # NCVMP's and the local fits' one Gaussian per point
+        return regression_metrics(y_test, pred.mean, pred.var)
+    metrics = likelihood_metrics(lik, y_test, pred.mean, pred.mean_f, pred.var_f,
+                                 flat.get("noise"), y_model=data.y_test, y_scale=pred.y_scale)
+    if lik.target == "continuous":
+        metrics = regression_metrics(y_test, pred.mean, pred.var) | metrics
+    return metrics
+
+
+def _pit(pred, data) -> np.ndarray:
+    """The exact PIT of each test target under the predictive mixture (NaN where y* | draw is not
+    Gaussian)."""
+    if not pred.gaussian:
+        return np.full(data.n_test, np.nan)
+    return ndtr((np.asarray(data.y_test, np.float64)[None] - pred.mean_f)
+                / np.sqrt(pred.var_y)).mean(0)
 
 
 def metrics_record(post: Posterior, data: Dataset) -> dict:

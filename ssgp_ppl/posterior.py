@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.entry import CatalogEntry
 
 SAVE_FORMAT = 1
+TEST_ARRAYS = ("mean", "var", "mean_f", "var_f", "var_y", "draws")
 STATE_GROUP = "ssgp_ppl_state"  # the group of a saved posterior that holds what predict needs
 
 
@@ -153,6 +154,8 @@ class Posterior:
         """:meth:`predict` at inputs already in the model's standardised units."""
         x_std = np.asarray(x_std, np.float64)
         check_test_inputs(np.zeros((1, self.n_features)), x_std)
+        if len(x_std) == 0:
+            raise SSGPError("predict: no rows to predict")
         lik = self.entry.spec(x_std.shape[1]).lik
         mom = self.rule.moments(x_std, client=client, progress=progress)
         if self.rule.closed_form:  # closed forms: var_f is already the variance of y*
@@ -175,6 +178,7 @@ class Posterior:
         units: mean, variance, one y* draw per posterior draw, ``interval(level)``; original units
         of the target."""
         if isinstance(x_new, pd.DataFrame):  # the training inputs' columns, by name
+            x_new = x_new.rename(columns=str)
             missing = [c for c in self.feature_names if c not in x_new.columns]
             if missing or not self.feature_names:
                 raise SSGPError(f"predict: the DataFrame lacks the input columns {missing} the model "
@@ -184,6 +188,7 @@ class Posterior:
         x_new = np.asarray(x_new, np.float64)
         if x_new.ndim == 1:  # n* values of a single input, or one row of d inputs
             x_new = x_new[:, None] if self.n_features == 1 else x_new[None]
+        check_test_inputs(np.zeros((1, self.n_features)), x_new)  # before the scaler broadcasts
         return self.predict_standardised(self.x_scaler.transform(x_new), seed=seed, client=client,
                                          progress=progress)
 
@@ -203,6 +208,9 @@ class Posterior:
         for k, v in (("log_p", self.log_p), ("log_q", self.log_q), ("losses", self.losses)):
             if v is not None:
                 arrays[k] = np.asarray(v)
+        arrays.update({f"params_{k}": np.asarray(v) for k, v in (self.params or {}).items()})
+        if self.test is not None:  # the test split's predictive (post.mean, post.var)
+            arrays.update({f"test_{k}": np.asarray(self.test._asdict()[k]) for k in TEST_ARRAYS})
         ds = xr.Dataset({k: (tuple(f"{k}_dim{i}" for i in range(np.ndim(v))), np.asarray(v))
                          for k, v in arrays.items()})
         meta = {"format": SAVE_FORMAT, "entry": {"name": self.entry.name, "path": str(self.entry.path),
@@ -210,6 +218,9 @@ class Posterior:
                 "method": self.method, "dataset": self.dataset, "rule": rule_attrs,
                 "info": dataclasses.asdict(self.info), "y_centre": self.y_centre,
                 "feature_names": list(self.feature_names),
+                "test": None if self.test is None else {"y_scale": self.test.y_scale,
+                                                        "y_shift": self.test.y_shift,
+                                                        "gaussian": bool(self.test.gaussian)},
                 "metrics": self.metrics}
         ds.attrs["ssgp_ppl"] = json.dumps(meta, allow_nan=True)
         dt = self.datatree.copy() if self.datatree is not None else xr.DataTree()
@@ -225,7 +236,8 @@ def load(path: str | Path, make_entry) -> Posterior:
     if not path.is_file():
         raise SSGPError(f"{path}: no such file (save a posterior with Posterior.save)")
     try:
-        dt = xr.open_datatree(os.fspath(path), engine="h5netcdf").load()
+        with xr.open_datatree(os.fspath(path), engine="h5netcdf") as opened:
+            dt = opened.load()
     except (OSError, ValueError) as e:
         raise SSGPError(f"{path}: not a saved posterior ({type(e).__name__}: {e})") from None
     if STATE_GROUP not in dt.children:
@@ -246,8 +258,14 @@ def load(path: str | Path, make_entry) -> Posterior:
     tree = dt.copy()
     del tree[STATE_GROUP]
     info = FitInfo(**meta["info"])
+    params = {k[len("params_"):]: v for k, v in arrays.items() if k.startswith("params_")}
+    test = None
+    if meta.get("test") is not None:
+        test = Prediction(*(arrays[f"test_{k}"] for k in TEST_ARRAYS), meta["test"]["y_scale"],
+                          meta["test"]["y_shift"], meta["test"]["gaussian"])
     return Posterior(entry, meta["method"], meta["dataset"], sites, rule_from_state(arrays, meta["rule"]),
                      scaler("x_scaler"), scaler("y_scaler"), info, arrays.get("log_p"),
                      arrays.get("log_q"), arrays.get("losses"), float(meta["y_centre"]),
-                     metrics=meta["metrics"], feature_names=tuple(meta["feature_names"]),
+                     test=test, metrics=meta["metrics"], params=params or None,
+                     feature_names=tuple(meta["feature_names"]),
                      datatree=tree if tree.children else None)

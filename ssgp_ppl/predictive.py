@@ -20,7 +20,7 @@ standardised units; :meth:`state` / :func:`rule_from_state` save and restore it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -340,6 +340,7 @@ class SiteRule:
     """``marginal``, ``degenerate`` or ``local`` over posterior draws of the sites (S, ...)."""
 
     closed_form = False  # one Gaussian per draw of the sites
+    fits_at_prediction = False
     kind: str
     sites: dict  # frequencies, signal, noise, nuisance (nuisance_tril where s is integrated)
     x_train: np.ndarray | None = None  # standardised training rows (marginal, local)
@@ -380,6 +381,7 @@ class NCVMPRule:
     """NCVMP's closed-form predictive of y* (Tan et al. 2016, §5), one Gaussian per point."""
 
     closed_form = True
+    fits_at_prediction = False
     state_: ncvmp.NCVMPState
     points: np.ndarray  # (m, d) the spectral points of the fit
     n: int
@@ -408,6 +410,7 @@ class LocalFitsRule:
     """Adaptive-neighbourhood fits (Tan et al. 2016, §6): a local NCVMP fit per new input."""
 
     closed_form = True
+    fits_at_prediction = True  # each new input's neighbourhood is fitted when it is predicted
     x_train: np.ndarray
     y_train: np.ndarray
     prior: ncvmp.TanPrior
@@ -418,7 +421,6 @@ class LocalFitsRule:
     adapt: bool = True
     batch: int = 1
     desc: str = "local"
-    options: dict = field(default_factory=dict)
 
     def moments(self, x, *, client=None, progress: bool = False) -> Moments:
         kw: dict[str, Any] = dict(m=self.m, k=self.k, settings=self.settings,
@@ -477,4 +479,5 @@ def rule_from_state(arrays: dict, attrs: dict):
 
 
 __all__ = ["RULES", "LocalResult", "Moments", "Prediction", "SiteRule", "NCVMPRule",
-           "LocalFitsRule", "y_moments", "predict_draws", "rule_from_state"]
+           "LocalFitsRule", "y_moments", "predict_draws", "predict_sites", "predictive_draws",
+           "check_test_inputs", "loo_predictive", "rule_from_state"]

@@ -73,7 +73,8 @@ def _reference_label(records: list[dict]) -> str:
     if not nuts:
         return ""
     d = nuts[0]["nuts"]
-    return "nuts" if d["converged"] else f"nuts (NOT CONVERGED, {d['modes']} modes)"
+    name = methods.reference().name
+    return name if d["converged"] else f"{name} (NOT CONVERGED, {d['modes']} modes)"
 
 
 def _label(r: Posterior, ref_label: str) -> str:

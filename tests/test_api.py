@@ -110,3 +110,58 @@ def test_catalog_and_version():
     assert ssgp_ppl.__version__ == metadata.version("ssgp-ppl")
     with pytest.raises(AttributeError):
         ssgp_ppl.no_such_name  # noqa: B018
+
+
+def test_arrays_without_test_rows_give_a_datatree_and_the_method_checks(pendulum):
+    x, y, _, _ = _raw(pendulum)
+    post = ssgp_ppl.fit("ssgp_svi", x=x[:60], y=y[:60],
+                        settings={"svi.steps": np.int64(50), "predictive.samples": 30})
+    assert post.test is None and post.metrics is None
+    assert {"posterior", "log_likelihood", "sample_stats", "invariants"} <= set(post.datatree.children)
+    assert "predictions" not in post.datatree.children
+    with pytest.raises(SSGPError, match="ml is Gaussian-only"):
+        ssgp_ppl.fit("ssgp_probit", x=x[:60], y=(y[:60] > 0).astype(float), method="ml")
+    with pytest.raises(SSGPError, match="binary target"):
+        ssgp_ppl.fit("ssgp_probit", x=x[:60], y=y[:60])
+
+
+def test_predict_reads_dataframe_columns_and_refuses_bad_shapes(pendulum):
+    import pandas as pd
+
+    x, y, _, _ = _raw(pendulum)
+    df = pd.DataFrame(x[:80])  # integer column labels
+    df["target"] = y[:80]
+    post = ssgp_ppl.fit("ssgp", data=df, target="target", settings=ML)
+    np.testing.assert_array_equal(post.predict(df.iloc[:4]).mean, post.predict(x[:4]).mean)
+    named = ssgp_ppl.fit("ssgp", x=pd.DataFrame(x[:80], columns=[f"c{i}" for i in range(9)]),
+                         y=pd.Series(y[:80], name="t"), settings=ML)
+    frame = pd.DataFrame(x[:3], columns=[f"c{i}" for i in range(9)])
+    np.testing.assert_array_equal(named.predict(frame[frame.columns[::-1]]).mean,
+                                  named.predict(x[:3]).mean)
+    with pytest.raises(SSGPError, match="columns but the model was built for 9"):
+        post.predict(x[:4, :3])
+    with pytest.raises(SSGPError, match="no rows"):
+        post.predict(x[:0])
+
+
+def test_a_loaded_posterior_keeps_its_test_prediction_and_params(pendulum, tmp_path):
+    post = ssgp_ppl.fit("ssgp", data="pendulum", settings=ML)
+    back = ssgp_ppl.load(post.save(tmp_path / "p.nc"))
+    np.testing.assert_array_equal(back.mean, post.mean)
+    np.testing.assert_array_equal(back.test.interval(0.5)[0], post.test.interval(0.5)[0])
+    assert set(back.params) == set(post.params)
+    for k in post.params:
+        np.testing.assert_array_equal(back.params[k], post.params[k])
+
+
+def test_checkpoint_fingerprint_ignores_the_description_texts(pendulum):
+    from ssgp_ppl.checkpoint import run_fingerprint
+    from ssgp_ppl.entry import CatalogEntry
+
+    entry = load_entry("ssgp")
+    reworded = CatalogEntry(entry.name, entry.path, {**entry.config, "paper": "another citation",
+                                                     "description": "another text"})
+    changed = entry.with_overrides(["ml.lr=0.0123"])
+    fp = run_fingerprint(entry, pendulum, "ml", 0, None)
+    assert run_fingerprint(reworded, pendulum, "ml", 0, None) == fp
+    assert run_fingerprint(changed, pendulum, "ml", 0, None)["config"] != fp["config"]

@@ -115,3 +115,17 @@ def test_every_method_has_one_shape(name):
     from ssgp_ppl.entry import SCHEMA
 
     assert SCHEMA["inference"][name] == schema
+
+
+def test_importing_the_pipeline_first_leaves_numpyro_whole():
+    """arviz_base loads numpyro lazily; imported before numpyro it leaves numpyro.distributions
+    without its submodule attributes (numpyro.factor then fails): the package imports numpyro
+    first."""
+    import subprocess
+    import sys
+
+    code = ("import ssgp_ppl.pipeline, numpyro.distributions as nd; "
+            "assert hasattr(nd, 'distribution')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""Tan et al. 2016 (Tan et al. 2016): log H quadrature, App. A expectations, F₁-F₆, the bound (eq. 12 and
+"""Tan et al. 2016: log H quadrature, App. A expectations, F₁-F₆, the bound (eq. 12 and
 its Monte Carlo value under the base NumPyro model), Algorithms 1-2 and the §5 predictive."""
 
 import math

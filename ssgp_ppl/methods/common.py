@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ssgp_ppl.datatree import LOGLIK_MAX_VALUES, LOO_MIN_DRAWS, by_chain
+from ssgp_ppl.guides import EmptyGuide
+from ssgp_ppl.inference import guide_draws_with_density, site_values
+from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
 from ssgp_ppl.predictive import SiteRule
 
 __all__ = ["LOGLIK_MAX_VALUES", "LOO_MIN_DRAWS", "by_chain", "spec_for", "partitions_for",
-           "site_rule"]
+           "site_rule", "finish"]
 
 
 def spec_for(entry, data, inputs):
@@ -39,3 +44,39 @@ def site_rule(entry, sites: dict, data, partitions) -> SiteRule:
                     np.asarray(data.x_train) if needs_data else None,
                     np.asarray(data.y_train) if needs_data else None, float(pred["gamma"]),
                     partitions if pred["rule"] == "local" else None)
+
+
+def finish(entry, data, method: str, model, guide, params, res, *, spec, partitions, seed: int,
+           num: int, densities: bool, t0: float, objective: str | None = None,
+           beta: float | None = None) -> Posterior:
+    """Draws of a fitted guide → a Posterior (shared by ``svi`` and ``ml``)."""
+    x, y = jax.numpy.asarray(data.x_train), jax.numpy.asarray(data.y_train)
+    log_p = log_q = None
+    loo_seconds = 0.0
+    if isinstance(guide, EmptyGuide):
+        draws = {}
+    else:
+        t_loo = time.perf_counter()
+        draws, log_p, log_q = guide_draws_with_density(model, guide, params, x, y, num_samples=num,
+                                                       seed=seed + 1, densities=densities)
+        jax.block_until_ready(draws)
+        loo_seconds = time.perf_counter() - t_loo if densities else 0.0  # LOO bookkeeping
+    sites = site_values(model, params, draws, x[:1])  # site values do not depend on n
+    jax.block_until_ready(sites)
+    fit_seconds = time.perf_counter() - t0 - loo_seconds
+    pred = entry.config["predictive"]
+    rule_sites = dict(sites)
+    if pred["integrate_nuisance"] and guide.gaussian_nuisance and pred["rule"] == "degenerate":
+        loc, tril = jax.vmap(lambda d: guide.nuisance_conditional(params, d))(draws)
+        rule_sites.update(nuisance=loc, nuisance_tril=tril)
+    fit_info = FitInfo(fit_seconds=fit_seconds, loo_seconds=loo_seconds, steps=res.steps,
+                       converged=res.converged, interrupted=res.interrupted,
+                       partitions=None if partitions is None else partitions.count,
+                       objective=objective, beta=beta)
+    type2 = {k: np.asarray(params[k]) for k in spec.learned_sites()}
+    return Posterior(entry, method, data.name, by_chain(sites, 1),
+                     site_rule(entry, rule_sites, data, partitions), data.x_scaler,
+                     data.y_scaler, fit_info, None if log_p is None else np.asarray(log_p)[None],
+                     None if log_q is None else np.asarray(log_q)[None], res.losses,
+                     handoff=Handoff(type2=type2, partitions=partitions),
+                     params={k: np.asarray(v) for k, v in params.items()})

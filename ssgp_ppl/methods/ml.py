@@ -10,7 +10,6 @@ from ssgp_ppl.guides import EmptyGuide, MAPGuide
 from ssgp_ppl.inference import Schedule, run_svi
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
-from ssgp_ppl.methods.svi import finish
 from ssgp_ppl.posterior import Posterior
 
 
@@ -54,8 +53,8 @@ class MLMethod(Method):
         t0 = time.perf_counter()
         res = run_svi(model, guide, data.x_train, data.y_train, s.schedule(steps), seed=seed,
                       progress=progress, desc=f"{entry.name}:ml", checkpoint=checkpoint)
-        return finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
-                      partitions=partitions, seed=seed, num=1, densities=False, t0=t0, info={})
+        return common.finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
+                      partitions=partitions, seed=seed, num=1, densities=False, t0=t0)
 
 
 ML = MLMethod()

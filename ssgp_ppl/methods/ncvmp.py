@@ -94,8 +94,8 @@ class NCVMPMethod(Method):
         fit_seconds = time.perf_counter() - t0
         t_loo = time.perf_counter()  # draws of q and their densities: LOO bookkeeping
         num = entry.config["predictive"]["samples"]
-        small = num * n <= common.LOGLIK_MAX_VALUES
-        num = max(num, common.LOO_MIN_DRAWS) if small else num
+        num = max(num, common.LOO_MIN_DRAWS) if num * n <= common.LOGLIK_MAX_VALUES else num
+        small = num * n <= common.LOGLIK_MAX_VALUES  # densities where a log-likelihood will exist
         draws = ncvmp.sample_q(jax.random.PRNGKey(seed + 1), res.state, n, spec.m, prior, num)
         model = entry.model(dataclasses.replace(spec, spectral_points=res.points))
         sites = site_values(model, {}, draws, x[:1])  # adds the deterministic frequencies

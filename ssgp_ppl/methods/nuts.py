@@ -80,9 +80,11 @@ class NUTSMethod(Method):
                         init_strategy=nuts_init)
         sites = site_values(model, {}, mcmc.get_samples(), x[:1])
         jax.block_until_ready(sites)
-        info = FitInfo(fit_seconds=time.perf_counter() - t0,
-                       divergences=int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum()))
+        fit_seconds = time.perf_counter() - t0
         partitions = common.partitions_for(entry, data, inputs, seed)
+        info = FitInfo(fit_seconds=fit_seconds, partitions=None if partitions is None else
+                       partitions.count,
+                       divergences=int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum()))
         stats = from_numpyro(mcmc, dims=DIMS, log_likelihood=False)["sample_stats"].to_dataset()
         kept = None if not learned else {k: np.asarray(type2[k]) for k in learned}
         return Posterior(entry, self.name, data.name, common.by_chain(sites, s.chains),

@@ -5,17 +5,15 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import jax
-import numpy as np
 from numpyro.infer import Trace_ELBO
 
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.guides import PSI, EmptyGuide, known_guides, make_guide
-from ssgp_ppl.inference import Batching, Schedule, guide_draws_with_density, run_svi, site_values
+from ssgp_ppl.guides import PSI, known_guides, make_guide
+from ssgp_ppl.inference import Batching, Schedule, run_svi
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
 from ssgp_ppl.objectives import GRADIENTS, OBJECTIVES, make_objective
-from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
+from ssgp_ppl.posterior import Posterior
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,40 +53,6 @@ def guide_of(entry, spec, model, s: SVISettings):
     """The entry's guide object (:mod:`ssgp_ppl.guides`)."""
     return make_guide(s.guide, model, spec, psi=s.psi, df=s.df, init_scale=s.init_scale,
                       components=s.components, spread=s.spread)
-
-
-def finish(entry, data, method: str, model, guide, params, res, *, spec, partitions, seed: int,
-           num: int, densities: bool, t0: float, info: dict) -> Posterior:
-    """Draws of a fitted guide → a Posterior (shared by ``svi`` and ``ml``)."""
-    x, y = jax.numpy.asarray(data.x_train), jax.numpy.asarray(data.y_train)
-    log_p = log_q = None
-    loo_seconds = 0.0
-    if isinstance(guide, EmptyGuide):
-        draws = {}
-    else:
-        t_loo = time.perf_counter()
-        draws, log_p, log_q = guide_draws_with_density(model, guide, params, x, y, num_samples=num,
-                                                       seed=seed + 1, densities=densities)
-        jax.block_until_ready(draws)
-        loo_seconds = time.perf_counter() - t_loo if densities else 0.0  # LOO bookkeeping
-    sites = site_values(model, params, draws, x[:1])  # site values do not depend on n
-    jax.block_until_ready(sites)
-    fit_seconds = time.perf_counter() - t0 - loo_seconds
-    pred = entry.config["predictive"]
-    rule_sites = dict(sites)
-    if pred["integrate_nuisance"] and guide.gaussian_nuisance and pred["rule"] == "degenerate":
-        loc, tril = jax.vmap(lambda d: guide.nuisance_conditional(params, d))(draws)
-        rule_sites.update(nuisance=loc, nuisance_tril=tril)
-    fit_info = FitInfo(fit_seconds=fit_seconds, loo_seconds=loo_seconds, steps=res.steps,
-                       converged=res.converged, interrupted=res.interrupted,
-                       partitions=None if partitions is None else partitions.count, **info)
-    type2 = {k: np.asarray(params[k]) for k in spec.learned_sites()}
-    return Posterior(entry, method, data.name, common.by_chain(sites, 1),
-                     common.site_rule(entry, rule_sites, data, partitions), data.x_scaler,
-                     data.y_scaler, fit_info, None if log_p is None else np.asarray(log_p)[None],
-                     None if log_q is None else np.asarray(log_q)[None], res.losses,
-                     handoff=Handoff(type2=type2, partitions=partitions),
-                     params={k: np.asarray(v) for k, v in params.items()})
 
 
 class SVIMethod(Method):
@@ -151,10 +115,10 @@ class SVIMethod(Method):
         # densities for PSIS-LOO where a pointwise log-likelihood will exist
         dens = spec.nuisance == "sampled" and \
             max(num, common.LOO_MIN_DRAWS) * data.n_train <= common.LOGLIK_MAX_VALUES
-        return finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
+        return common.finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
                       partitions=partitions, seed=seed,
                       num=max(num, common.LOO_MIN_DRAWS) if dens else num, densities=dens, t0=t0,
-                      info={"objective": s.objective, "beta": s.beta})
+                      objective=s.objective, beta=s.beta)
 
 
 SVI = SVIMethod()
