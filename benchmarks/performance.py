@@ -1,4 +1,4 @@
-"""Performance and scale (issue 7): each subcommand prints one JSON document (--out also writes it).
+"""Performance and scale: each subcommand prints one JSON document (--out also writes it).
 
   python benchmarks/performance.py nuts      # pendulum, ssgp_svi at m = 20, 4 chains × (1000 + 1000)
   python benchmarks/performance.py ncvmp     # NCVMP (Algorithm 2, 10 restarts), n = 400, m = 20

@@ -30,7 +30,19 @@ def catalog_metrics() -> str:
     return "\n".join([head, *lines])
 
 
-BLOCKS = {"catalog_metrics": catalog_metrics}
+def step_time() -> str:
+    """reports/performance/step_time.json (benchmarks/step_time.py --plain-loop) as a table."""
+    doc = json.loads((ROOT / "reports" / "performance" / "step_time.json").read_text())
+    head = ("| entry | guide | objective (particles) | ms/step | reference | ratio | plain loop |\n"
+            "| --- | --- | --- | --- | --- | --- | --- |")
+    lines = [f"| `{e['name']}` | {e['guide'] if e['guide'] != '-' else 'type-II ML'} | "
+             f"{e['objective']} ({e['particles']}) | {e['ms_per_step']:.2f} | "
+             f"{e['ref_ms_per_step']:.2f} | {e['ratio']:.2f} | {e['plain_loop_ms_per_step']:.2f} |"
+             for e in doc["entries"]]
+    return "\n".join([head, *lines])
+
+
+BLOCKS = {"catalog_metrics": catalog_metrics, "step_time": step_time}
 
 
 def render(text: str) -> str:

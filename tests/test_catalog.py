@@ -15,7 +15,7 @@ ENTRIES = list_entries()
 
 # The entries' own SVI/ML settings; a short NUTS run (the full reference is the compare report's job).
 FAST_NUTS = ["nuts.warmup=150", "nuts.samples=100", "nuts.chains=2"]
-# The objectives and likelihoods of issue 6 (DLM, β-ELBO, mixture, probit, Poisson): 1000 steps
+# The Wei et al. 2021 / Nguyen & Bonilla 2014 entries (DLM, β-ELBO, mixture, probit, Poisson): 1000 steps
 QUICK = ["svi.steps=1000", "svi.min_steps=0"]
 
 
@@ -46,7 +46,7 @@ def test_entry_fits_on_pendulum(name, pendulum):
     target = entry.spec(1).lik.target
     svi = entry.config["inference"]["svi"]
     if svi["objective"] != "elbo" or svi["guide"] == "mixture" or target != "continuous":
-        entry = entry.with_overrides(QUICK)  # issue 6's entries: a shorter run
+        entry = entry.with_overrides(QUICK)  # those entries: a shorter run
     elif method == "svi" and svi["steps"] > 3000:  # sVBSSGP / VSSGP: 3000 of their 10000 steps
         entry = entry.with_overrides(["svi.steps=3000", "svi.min_steps=0"])
     if target != "continuous":

@@ -1,4 +1,4 @@
-"""Every bad input of issue 8's list: one line naming the problem, exit status 2 from the CLI, an
+"""Every refused bad input: one line naming the problem, exit status 2 from the CLI, an
 SSGPError (a ValueError) from the Python API. Nothing here fits a model for long: every error is
 raised before or at the first step."""
 
