@@ -57,7 +57,7 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     ``method``: one of ``ssgp_ppl.methods.REGISTRY`` (default: the entry's own).
     """
     entry = _entry(model, settings)
-    lik = entry.spec(1).lik
+    lik = entry.lik
     scaling = entry.config["data"]["x_scaling"]
     if data is not None and (x is not None or y is not None):
         raise SSGPError("give either data= or x=, y=, not both")

@@ -191,7 +191,7 @@ def _load_data(args, entry):
                 subsample=args.subsample,
                 x_scaling=args.x_scaling or entry.config["data"]["x_scaling"],
                 extra_noise_inputs=args.extra_noise_inputs,
-                target_kind=entry.spec(1).lik.target, threshold=args.threshold)
+                target_kind=entry.lik.target, threshold=args.threshold)
 
 
 def _entry(args):

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import jax
 
+from ssgp_ppl import likelihoods, spectral
 from ssgp_ppl import methods as _methods
-from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.likelihoods import LIKELIHOODS
+from ssgp_ppl.methods.svi import SVI, guide_of
 from ssgp_ppl.model import PRIORS, ROLES, Hyper, SSGPSpec, ssgp_model
 from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
 from ssgp_ppl.predictive import RULES
@@ -39,7 +40,7 @@ def _hyper_schema(init: float, dist: str = "half_cauchy", scale: float = 1.0) ->
     }
 
 
-SCHEMA: dict = {
+_BASE: dict = {  # everything but [inference], whose tables the methods declare
     "description": Field(str, None, "one-line description shown by `ssgp-ppl models`"),
     "paper": Field(str, "", "where the model comes from (seed and equation)"),
     "model": {
@@ -65,11 +66,6 @@ SCHEMA: dict = {
                            "(zero mean, unit sd) | minmax (to [-1, 1], Tan et al. 2016, §7)",
                            choices=("standard", "minmax")),
     },
-    "inference": {  # each method's table is declared by the method (ssgp_ppl.methods)
-        "methods": Field(list, ["svi"], "methods this entry fits; the first is its own",
-                         choices=tuple(_methods.REGISTRY)),
-        **{name: m.Settings.schema() for name, m in _methods.REGISTRY.items()},
-    },
     "partitions": {
         "count": Field(int, 0, "p, k-means partitions of the training inputs (0: n/1000)", low=0),
         "per_step": Field(int, 0, "a, partitions drawn per SVI step, clipped to p (0: none)",
@@ -91,15 +87,19 @@ SCHEMA: dict = {
 
 
 def schema() -> dict:
-    """The catalog format with every registered method's table (:func:`ssgp_ppl.methods.register`
-    adds methods after import; :data:`SCHEMA` is the built-in catalog's)."""
-    out = dict(SCHEMA)
-    out["inference"] = {
+    """The catalog format with every registered method's ``[inference.<name>]`` table
+    (:func:`ssgp_ppl.methods.register` adds methods after import)."""
+    inference = {
         "methods": Field(list, ["svi"], "methods this entry fits; the first is its own",
                          choices=tuple(_methods.REGISTRY)),
         **{name: m.Settings.schema() for name, m in _methods.REGISTRY.items()},
     }
-    return out
+    keys = list(_BASE)
+    keys.insert(keys.index("data") + 1, "inference")
+    return {k: inference if k == "inference" else _BASE[k] for k in keys}
+
+
+SCHEMA = schema()  # the built-in methods' catalog format
 
 
 def models_dir() -> Path:
@@ -160,9 +160,12 @@ class CatalogEntry:
 
     def guide(self, spec: SSGPSpec, model=None):
         """The entry's ``[inference.svi]`` guide object for ``spec`` (:mod:`ssgp_ppl.guides`)."""
-        from ssgp_ppl.methods.svi import SVI, guide_of
-
         return guide_of(self, spec, model or self.model(spec), SVI.settings(self))
+
+    @cached_property
+    def lik(self):
+        """The entry's observation model (:mod:`ssgp_ppl.likelihoods`)."""
+        return likelihoods.get(self.config["model"]["likelihood"], self.config["model"]["df"])
 
     @cached_property
     def latent_sites(self) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ def prerequisites(entry: CatalogEntry, data: Dataset, method: methods.Method, *,
     """What ``method`` needs from the entry's own method on ``data``: that method is run (not the
     whole pipeline) and its hand-over returned; with nothing needed, just ``partitions``."""
     own = methods.get(entry.methods[0])
-    need = set(method.requires(entry, data.n_features))
+    need = set(method.requires(entry))
     need |= {k for k in method.accepts if k in own.provides and own is not method}
     if not need:
         return Handoff(partitions=partitions)
@@ -83,7 +83,7 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
              progress: bool = False) -> Posterior:
     """``post`` with its test-split prediction, scores (original units) and DataTree (without the
     prediction groups when ``data`` has no test rows)."""
-    lik = post.entry.spec(data.n_features).lik
+    lik = post.entry.lik
     flat = post.flat_sites
     pred = metrics = None
     predict_seconds = 0.0

@@ -29,9 +29,8 @@ from ssgp_ppl.predictive import (
     Prediction,
     SiteRule,
     check_test_inputs,
-    predictive_draws,
+    prediction,
     rule_from_state,
-    y_moments,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -156,22 +155,9 @@ class Posterior:
         check_test_inputs(np.zeros((1, self.n_features)), x_std)
         if len(x_std) == 0:
             raise SSGPError("predict: no rows to predict")
-        lik = self.entry.spec(x_std.shape[1]).lik
-        mom = self.rule.moments(x_std, client=client, progress=progress)
-        if self.rule.closed_form:  # closed forms: var_f is already the variance of y*
-            from ssgp_ppl.metrics import mixture_moments
-
-            var_y = np.asarray(mom.var_f, np.float64)
-            mean, var = mixture_moments(np.asarray(mom.mean_f, np.float64), var_y)
-        else:
-            mean, var, var_y = y_moments(lik, mom.mean_f, mom.var_f, mom.noise)
-        scale = float(np.asarray(self.y_scaler.scale))
-        shift = float(np.asarray(self.y_scaler.inverse(np.zeros(()))))
         num = int(np.prod(next(iter(self.sites.values())).shape[:2])) if self.sites else 1
-        draws = predictive_draws(lik, mom, seed, num=num)
-        return Prediction(mean * scale + shift, var * scale**2, np.asarray(mom.mean_f),
-                          np.asarray(mom.var_f), np.asarray(var_y), draws * scale + shift, scale,
-                          shift, lik.name == "gaussian" or self.rule.closed_form, mom.extra)
+        return prediction(self.rule, self.entry.lik, x_std, self.y_scaler, seed=seed, num=num,
+                          client=client, progress=progress)
 
     def predict(self, x_new, *, seed: int = 0, client=None, progress: bool = False) -> Prediction:
         """The predictive of y* at ``x_new`` (n*, d) raw inputs in the training data's columns and
@@ -201,8 +187,22 @@ class Posterior:
 
         path = Path(path)
         arrays, rule_attrs = self.rule.state()
-        arrays = dict(arrays)
-        arrays.update({f"posterior_{k}": np.asarray(v) for k, v in self.sites.items()})
+        arrays, rule_attrs = dict(arrays), dict(rule_attrs)
+        # the draws are stored once: in the DataTree's posterior group where it holds them as they
+        # are, else here; the rule's copy of a site draw is then a reference to them
+        post = self.datatree["posterior"] if self.datatree is not None and \
+            "posterior" in self.datatree.children else None
+        in_tree = post is not None and all(
+            k in post.data_vars and post[k].dtype == np.asarray(v).dtype
+            and np.array_equal(post[k].values, v) for k, v in self.sites.items())
+        if not in_tree:
+            arrays.update({f"posterior_{k}": np.asarray(v) for k, v in self.sites.items()})
+        flat = self.flat_sites
+        shared = [k for k in flat if f"site_{k}" in arrays and arrays[f"site_{k}"].dtype ==
+                  flat[k].dtype and np.array_equal(arrays[f"site_{k}"], flat[k])]
+        for k in shared:
+            del arrays[f"site_{k}"]
+        rule_attrs["sites_from_posterior"] = shared
         for name, sc in (("x_scaler", self.x_scaler), ("y_scaler", self.y_scaler)):
             arrays[f"{name}_mean"], arrays[f"{name}_scale"] = np.asarray(sc.mean), np.asarray(sc.scale)
         for k, v in (("log_p", self.log_p), ("log_q", self.log_q), ("losses", self.losses)):
@@ -218,6 +218,7 @@ class Posterior:
                 "method": self.method, "dataset": self.dataset, "rule": rule_attrs,
                 "info": dataclasses.asdict(self.info), "y_centre": self.y_centre,
                 "feature_names": list(self.feature_names),
+                "sites": list(self.sites), "sites_in_datatree": in_tree,
                 "test": None if self.test is None else {"y_scale": self.test.y_scale,
                                                         "y_shift": self.test.y_shift,
                                                         "gaussian": bool(self.test.gaussian)},
@@ -250,7 +251,12 @@ def load(path: str | Path, make_entry) -> Posterior:
     arrays = {k: np.asarray(v.values) for k, v in ds.data_vars.items()}
     e = meta["entry"]
     entry = make_entry(e["name"], Path(e["path"]), e["config"])
-    sites = {k[len("posterior_"):]: v for k, v in arrays.items() if k.startswith("posterior_")}
+    if meta["sites_in_datatree"]:
+        sites = {k: np.asarray(dt["posterior"][k].values) for k in meta["sites"]}
+    else:
+        sites = {k: arrays[f"posterior_{k}"] for k in meta["sites"]}
+    for k in meta["rule"].get("sites_from_posterior", []):
+        arrays[f"site_{k}"] = np.reshape(sites[k], (-1,) + sites[k].shape[2:])
 
     def scaler(name):
         return Scaler(arrays[f"{name}_mean"], arrays[f"{name}_scale"])

@@ -217,10 +217,11 @@ def y_moments(lik, mean_f, var_f, noise=None):
     """Moments of y* (n*,) in the model's units from per-draw f* moments (S, n*).
 
     Gaussian / Student-t: the equal-weight mixture of N(mean_f[s], var_f[s] + noise variance)
-    moment-matched (law of total variance; Nguyen & Bonilla 2014, eqs. 37-38); probit: P(y* = 1) =
-    mean_s Φ(μ_s/√(1 + v_s)) and its Bernoulli variance; Poisson: E[y*] = mean_s exp(μ_s + v_s/2),
-    Var y* = E rate + Var rate. Returns (mean, var, var_y) with var_y the per-draw variance of y*
-    (of f* where the likelihood is not continuous).
+    moment-matched (law of total variance; Nguyen & Bonilla 2014, eqs. 37-38); ``noise`` None on a
+    continuous likelihood: a closed form whose var_f already is the variance of y*. Probit:
+    P(y* = 1) = mean_s Φ(μ_s/√(1 + v_s)) and its Bernoulli variance. Poisson: E[y*] =
+    mean_s exp(μ_s + v_s/2), Var y* = E rate + Var rate. Returns (mean, var, var_y) with var_y the
+    per-draw variance of y* (of f* where the likelihood is not continuous).
     """
     mf, vf = np.asarray(mean_f, np.float64), np.asarray(var_f, np.float64)
     if lik.name == "probit":
@@ -230,7 +231,8 @@ def y_moments(lik, mean_f, var_f, noise=None):
         rate = np.exp(mf + 0.5 * vf)
         mean = rate.mean(0)
         return mean, mean + np.mean(np.exp(2 * mf + 2 * vf), 0) - mean**2, vf
-    var_y = vf + np.asarray(lik.noise_variance(np.asarray(noise, np.float64)[:, None]))
+    var_y = vf if noise is None else \
+        vf + np.asarray(lik.noise_variance(np.asarray(noise, np.float64)[:, None]))
     mean, var = mixture_moments(mf, var_y)
     return mean, var, var_y
 
@@ -305,6 +307,20 @@ def predictive_draws(lik, moments: Moments, seed: int, num: int = 1) -> np.ndarr
     return np.asarray(lik.distribution(f, scale).sample(key_y), np.float64)
 
 
+def prediction(rule, lik, x_std, y_scaler, *, seed: int = 0, num: int = 1, client=None,
+               progress: bool = False) -> Prediction:
+    """The predictive of y* at standardised inputs under ``rule`` and the likelihood ``lik``, in
+    original units (``y_scaler``); ``num`` y* draws when the rule has a single draw."""
+    mom = rule.moments(x_std, client=client, progress=progress)
+    mean, var, var_y = y_moments(lik, mom.mean_f, mom.var_f, mom.noise)
+    scale = float(np.asarray(y_scaler.scale))
+    shift = float(np.asarray(y_scaler.inverse(np.zeros(()))))
+    draws = predictive_draws(lik, mom, seed, num=num)
+    return Prediction(mean * scale + shift, var * scale**2, np.asarray(mom.mean_f),
+                      np.asarray(mom.var_f), np.asarray(var_y), draws * scale + shift, scale, shift,
+                      lik.name == "gaussian", mom.extra)
+
+
 def predict_sites(sites: dict, data, rule: str, *, gamma: float = 0.0, partitions=None,
                   x_test=None, lik=None, seed: int = 0) -> Prediction:
     """The predictive of y* at ``x_test`` (standardised; default the test split of ``data``) from
@@ -312,15 +328,9 @@ def predict_sites(sites: dict, data, rule: str, *, gamma: float = 0.0, partition
     for scripts that hold draws rather than a Posterior (:meth:`Posterior.predict`)."""
     from ssgp_ppl import likelihoods
 
-    lik = lik or likelihoods.GAUSSIAN
     r = SiteRule(rule, sites, np.asarray(data.x_train), np.asarray(data.y_train), gamma, partitions)
-    mom = r.moments(np.asarray(data.x_test if x_test is None else x_test))
-    mean, var, var_y = y_moments(lik, mom.mean_f, mom.var_f, mom.noise)
-    scale = float(np.asarray(data.y_scaler.scale))
-    shift = float(np.asarray(data.y_scaler.inverse(np.zeros(()))))
-    draws = predictive_draws(lik, mom, seed) * scale + shift
-    return Prediction(mean * scale + shift, var * scale**2, mom.mean_f, mom.var_f, var_y, draws,
-                      scale, shift, lik.name == "gaussian")
+    return prediction(r, lik or likelihoods.GAUSSIAN,
+                      np.asarray(data.x_test if x_test is None else x_test), data.y_scaler, seed=seed)
 
 
 # ---------------------------------------------------------------------------- rule objects
@@ -382,14 +392,14 @@ class NCVMPRule:
 
     closed_form = True
     fits_at_prediction = False
-    state_: ncvmp.NCVMPState
+    fit_state: ncvmp.NCVMPState
     points: np.ndarray  # (m, d) the spectral points of the fit
     n: int
     prior: ncvmp.TanPrior
     ybar: float  # training mean the fit was centred on
 
     def _f(self, x):
-        mean, var = ncvmp.predictive(self.state_, jnp.asarray(self.points), jnp.asarray(x), self.n,
+        mean, var = ncvmp.predictive(self.fit_state, jnp.asarray(self.points), jnp.asarray(x), self.n,
                                      self.prior)
         return np.asarray(mean)[None] + self.ybar, np.asarray(var)[None]
 
@@ -398,7 +408,7 @@ class NCVMPRule:
         return Moments(mean, var, None)
 
     def state(self) -> tuple[dict, dict]:
-        arrays = {f"ncvmp_{k}": np.asarray(v) for k, v in self.state_._asdict().items()}
+        arrays = {f"ncvmp_{k}": np.asarray(v) for k, v in self.fit_state._asdict().items()}
         arrays.update(points=np.asarray(self.points), prior_mu0=np.asarray(self.prior.mu0),
                       prior_sigma0=np.asarray(self.prior.sigma0))
         return arrays, {"rule": "ncvmp", "n": int(self.n), "ybar": float(self.ybar),
@@ -479,5 +489,5 @@ def rule_from_state(arrays: dict, attrs: dict):
 
 
 __all__ = ["RULES", "LocalResult", "Moments", "Prediction", "SiteRule", "NCVMPRule",
-           "LocalFitsRule", "y_moments", "predict_draws", "predict_sites", "predictive_draws",
+           "LocalFitsRule", "y_moments", "predict_draws", "prediction", "predict_sites", "predictive_draws",
            "check_test_inputs", "loo_predictive", "rule_from_state"]

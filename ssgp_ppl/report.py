@@ -217,7 +217,7 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     corrected for VI draws), and for VI methods the posterior comparison with NUTS on the
     invariant quantities; for NUTS its health and modes. Returns the per-method records.
     """
-    lik = entry.spec(1).likelihood
+    lik = entry.config["model"]["likelihood"]
     if lik != "gaussian":
         raise SSGPError(f"{entry.name}: compare's calibration report (coverage, PIT, CRPS) is for "
                         f"Gaussian-likelihood entries; this one is {lik} (use `ssgp-ppl fit`)")

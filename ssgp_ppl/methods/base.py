@@ -66,7 +66,7 @@ class Method:
     def check(self, entry: CatalogEntry, src: str) -> None:
         """Raise one SSGPError naming ``src`` and the key when ``entry`` cannot use this method."""
 
-    def requires(self, entry: CatalogEntry, n_features: int = 1) -> tuple[str, ...]:
+    def requires(self, entry: CatalogEntry) -> tuple[str, ...]:
         """Handoff fields this method needs from the entry's own method's fit."""
         return ()
 

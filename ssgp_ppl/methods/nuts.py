@@ -47,7 +47,7 @@ class NUTSMethod(Method):
                             f"but these are learned: {learned} (list 'svi' or 'ml' first: NUTS then "
                             "conditions on their type-II estimates)")
 
-    def requires(self, entry, n_features: int = 1) -> tuple[str, ...]:
+    def requires(self, entry) -> tuple[str, ...]:
         return ("type2",) if entry.learned_sites else ()
 
     def objective_label(self, entry) -> str:
