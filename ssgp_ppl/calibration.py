@@ -127,3 +127,63 @@ def _nuts_health(dt):
     out["converged"] = bool(np.all(rh < 1.01) and np.all(es >= 400) and out["divergences"] == 0
                             and np.all(np.asarray(out["bfmi"]) >= 0.3))  # NaN compares False
     return out
+
+
+LOG_DENSITY_SPREAD = 3.0  # nats between the polishing chains' mean log densities
+LOG_EVIDENCE_SPREAD = 1.0  # nats between independent SMC runs' log evidence
+RUNS_RHAT = 1.05  # rank R-hat of the scalar invariants with each SMC run as one chain
+
+
+def reference_health(dt: xr.DataTree, info) -> dict:
+    """The reference's verdict: :func:`nuts_health` of its (polishing) chains, the spread of the
+    chains' mean log density, the modes they sit in, and for a tempered-SMC reference the
+    run-to-run agreement (log evidence, scalar invariants). ``converged`` is True when every check
+    passes; otherwise ``reasons`` names each failed one in words."""
+    from ssgp_ppl.invariants import count_modes
+
+    out = nuts_health(dt)
+    lp = np.asarray(dt["sample_stats"]["lp"])  # (chain, draw): s integrated out when collapsed
+    chain_lp = lp.mean(axis=1)
+    out["chain_log_density"] = [float(v) for v in chain_lp]
+    out["log_density_spread"] = float(np.ptp(chain_lp))
+    out.update(count_modes(dt["invariants"].to_dataset(), extra={"lp": lp}))
+    counts = np.bincount(out["chain_mode"], minlength=out["modes"])
+    out["mode_weights"] = [float(c) / len(out["chain_mode"]) for c in counts]
+    out["mode_log_density"] = [float(chain_lp[np.asarray(out["chain_mode"]) == k].mean())
+                               for k in range(out["modes"])]
+    reasons = []
+    if out["rhat_max"]:
+        q, r = max(out["rhat_max"].items(), key=lambda kv: np.nan_to_num(kv[1], nan=np.inf))
+        if not r < 1.01:
+            reasons.append(f"R-hat up to {r:.3g} ({q}; > 1.01)")
+        ess = {f"{kind} {q}": e for kind in ("bulk", "tail")
+               for q, e in out[f"ess_{kind}_min"].items()}
+        q, e = min(ess.items(), key=lambda kv: np.nan_to_num(kv[1], nan=-np.inf))
+        if not e >= 400:
+            reasons.append(f"ESS down to {e:.0f} ({q}; < 400)")
+    if out["divergences"]:
+        reasons.append(f"{out['divergences']} divergences")
+    if not np.all(np.asarray(out["bfmi"]) >= 0.3):
+        reasons.append(f"BFMI {min(out['bfmi']):.2f} (< 0.3)")
+    if not out["log_density_spread"] <= LOG_DENSITY_SPREAD:
+        reasons.append(f"chains' mean log density {out['log_density_spread']:.1f} nats apart "
+                       f"(> {LOG_DENSITY_SPREAD:g}): {out['modes']} modes")
+    if info is not None and info.log_evidence is not None:
+        lz = list(info.log_evidence)
+        out["log_evidence"] = lz
+        out["log_evidence_spread"] = float(np.ptp(lz)) if len(lz) > 1 else None
+        out["runs_rhat"] = info.runs_rhat
+        out["temperatures"] = list(info.temperatures)
+        out["particles"] = info.particles
+        if len(lz) < 2:
+            reasons.append("one SMC run: no run-to-run check")
+        else:
+            if not out["log_evidence_spread"] <= LOG_EVIDENCE_SPREAD:
+                reasons.append(f"SMC runs' log evidence {out['log_evidence_spread']:.1f} nats apart "
+                               f"(> {LOG_EVIDENCE_SPREAD:g})")
+            if not info.runs_rhat <= RUNS_RHAT:
+                reasons.append(f"SMC runs disagree on the invariants (R-hat {info.runs_rhat:.3g} "
+                               f"> {RUNS_RHAT:g})")
+    out["reasons"] = reasons
+    out["converged"] = not reasons
+    return out

@@ -310,7 +310,14 @@ def cmd_compare(args) -> None:
     data = _load_data(args, entry)
     out = Path(args.out or f"reports/{entry.name}-{data.name}")
     records = compare(entry, data, out, seed=args.seed, progress=not args.no_progress)
-    _print_table(records, _columns(records))
+    rows = [{**r, "method": f"{r['method']} (reference, "
+             f"{'converged' if r['reference']['converged'] else 'NOT CONVERGED'})"}
+            if "reference" in r else r for r in records]
+    _print_table(rows, _columns(rows))
+    for r in records:
+        if "reference" in r and not r["reference"]["converged"]:
+            print(f"reference NOT CONVERGED: {'; '.join(r['reference']['reasons'])}",
+                  file=sys.stderr)
     print(f"wrote {out / 'report.html'} and {out / 'comparison.json'}", file=sys.stderr)
     return 0
 

@@ -375,7 +375,9 @@ def initial_values(spec: SSGPSpec) -> dict:
         "frequencies": spec.spectral_points / (spectral.TWO_PI * spec.lengthscales.value),
         "nuisance": jnp.zeros(2 * spec.m),
     }
-    return {k: v for k, v in values.items() if k in spec.latent_sites()}
+    # the non-centred frequencies θ·2πℓ₀ of a reparameterised model start at the spectral points
+    values["frequencies_decentered"] = spec.spectral_points
+    return {k: v for k, v in values.items() if k.removesuffix("_decentered") in spec.latent_sites()}
 
 
 def make_guide(name: str, model: Callable, spec: SSGPSpec, **options) -> Guide:

@@ -360,8 +360,12 @@ def run_nuts(
     max_tree_depth: int = 10,
     progress: bool = True,
     init_strategy=None,
+    init_params: dict | None = None,
 ) -> MCMC:
-    """NUTS with ``chains`` chains: parallel when there are that many JAX devices, else vectorized."""
+    """NUTS with ``chains`` chains: parallel when there are that many JAX devices, else vectorized.
+
+    ``init_params``: unconstrained starting values per chain (site -> (chains, ...)), e.g. the
+    particles of a tempered SMC run (:mod:`ssgp_ppl.smc`)."""
     if chains < 1:
         raise SSGPError(f"chains must be >= 1, got {chains}")
     method = "parallel" if jax.local_device_count() >= chains else "vectorized"
@@ -375,6 +379,6 @@ def run_nuts(
         chain_method=method,
         progress_bar=progress,
     )
-    mcmc.run(jax.random.PRNGKey(seed), x, y,
+    mcmc.run(jax.random.PRNGKey(seed), x, y, init_params=init_params,
              extra_fields=("diverging", "energy", "potential_energy", "num_steps"))
     return mcmc

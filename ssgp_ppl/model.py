@@ -14,6 +14,7 @@ batch of b rows is scaled by n_total / b, so the ELBO estimate is unbiased.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -119,6 +120,19 @@ class SSGPSpec:
         elif self.inverse_lengthscales.role == "learned":
             out.append("inverse_lengthscales")
         return tuple(out)
+
+
+def with_start(spec: SSGPSpec, start: dict) -> SSGPSpec:
+    """``spec`` started at ``start`` (constrained values of noise, signal, lengthscales,
+    inverse_lengthscales, frequencies; any subset): the hyperparameters' ``value`` (a fit's
+    initial value) becomes the given one, and in the free parameterisation the spectral points
+    become θ · 2πℓ₀, so that the initial frequencies r = s/2πℓ₀ are the given θ."""
+    rep = {h: getattr(spec, h)._replace(value=jnp.asarray(start[h])) for h in HYPERPARAMETERS
+           if h in start}
+    if "frequencies" in start and spec.parameterization == "free":
+        ell = rep["lengthscales"].value if "lengthscales" in rep else spec.lengthscales.value
+        rep["spectral_points"] = jnp.asarray(start["frequencies"]) * spectral.TWO_PI * ell
+    return dataclasses.replace(spec, **rep)
 
 
 def _hyper(name: str, h: Hyper, shape=()):
@@ -237,3 +251,20 @@ def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mas
         numpyro.handlers.mask(mask=True if obs_mask is None else obs_mask),
     ):
         numpyro.sample("y", lik.distribution(f, noise), obs=y)
+
+
+def nuisance_posterior(phi, y, signal, noise):
+    """The exact Gaussian conditional s | θ, σ_s, σ_n, y = N(A⁻¹Φᵀy, σ_n² A⁻¹), A = ΦᵀΦ +
+    (mσ_n²/σ_s²) I (Hoang et al. 2017, App. E; Lázaro-Gredilla et al. 2010, eq. 7): (mean (2m,),
+    L) with A = LLᵀ, so that mean + σ_n L⁻ᵀz, z ~ N(0, I), is a draw."""
+    two_m = phi.shape[1]
+    a = phi.T @ phi + (two_m // 2) * noise**2 / signal**2 * jnp.eye(two_m, dtype=phi.dtype)
+    chol = cholesky(a)
+    return jax.scipy.linalg.cho_solve((chol, True), phi.T @ y), chol
+
+
+def draw_nuisance(key, phi, y, signal, noise):
+    """One draw of s from its exact conditional (:func:`nuisance_posterior`), (2m,)."""
+    mean, chol = nuisance_posterior(phi, y, signal, noise)
+    z = jax.random.normal(key, mean.shape, mean.dtype)
+    return mean + noise * jax.scipy.linalg.solve_triangular(chol.T, z, lower=False)

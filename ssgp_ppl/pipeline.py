@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 from scipy.special import ndtr
 
-from ssgp_ppl import datatree, methods
+from ssgp_ppl import datatree, methods, paths
 from ssgp_ppl.checkpoint import Checkpoint, run_fingerprint
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.entry import CatalogEntry
@@ -74,8 +74,14 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
                  "partitions": None if inputs.partitions is None else inputs.partitions.blocks}
         checkpoint = checkpoint._replace(fingerprint=run_fingerprint(entry, data, m.name, seed,
                                                                      steps, given))
-    post = m.run(entry, data, seed=seed, steps=steps, progress=progress, inputs=inputs,
-                 checkpoint=checkpoint, client=client).replace(feature_names=data.feature_names)
+    k, how = m.paths(entry)
+    if k > 1:  # multi-path: K runs from dispersed starts, combined (ssgp_ppl.paths)
+        post = paths.run(m, entry, data, paths=k, how=how, seed=seed, steps=steps,
+                         progress=progress, inputs=inputs, checkpoint=checkpoint, client=client)
+    else:
+        post = m.run(entry, data, seed=seed, steps=steps, progress=progress, inputs=inputs,
+                     checkpoint=checkpoint, client=client)
+    post = post.replace(feature_names=data.feature_names)
     return evaluate(post, data, seed=seed, client=client, progress=progress)
 
 
@@ -112,6 +118,11 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
         extra=pred.extra and {"local_fits": pred.extra} if pred is not None else None, seed=seed)
     if post.sample_stats is not None:  # a sampler's own statistics (energy, divergences, lp)
         dt["sample_stats"] = xr.DataTree(post.sample_stats)
+    if post.path_of_draw is not None and "posterior" in dt.children:  # a multi-path mixture
+        ds = dt["posterior"].to_dataset().assign_coords(
+            path=("draw", np.asarray(post.path_of_draw)))
+        ds.attrs.update(combine=post.info.combine, path_weights=list(post.info.path_weights))
+        dt["posterior"] = xr.DataTree(ds)
     dt.attrs.update(model=post.model, method=post.method, dataset=data.name)
     fit_seconds = post.info.fit_seconds
     if post.rule.fits_at_prediction:  # the local fits are the fit, even though predict runs them

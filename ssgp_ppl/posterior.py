@@ -59,16 +59,30 @@ class FitInfo:
     bound: float | None = None
     k: int | None = None  # adaptive neighbourhoods
     adapt: bool | None = None
+    log_evidence: tuple[float, ...] | None = None  # tempered SMC: log p(y) of each run
+    temperatures: tuple[int, ...] | None = None  # tempering steps of each run
+    smc_seconds: float | None = None
+    particles: int | None = None
+    collapsed: bool | None = None  # s integrated out by the sampler, drawn afterwards
+    runs_rhat: float | None = None  # max rank R-hat of the scalar invariants across SMC runs
+    paths: int | None = None  # multi-path fits (ssgp_ppl.paths): number of paths, how combined,
+    combine: str | None = None  # each path's weight, LOO log score and final objective, and the
+    path_weights: tuple[float, ...] | None = None  # mixture's LOO log score
+    path_loo: tuple[float, ...] | None = None
+    path_objective: tuple[float, ...] | None = None
+    stacked_loo: float | None = None
 
 
 @dataclass(frozen=True)
 class Handoff:
-    """What one method's fit gives another: type-II estimates (for an empirical-Bayes NUTS
-    reference), the spectral points NCVMP's restarts kept, and the k-means partitions."""
+    """What one method's fit gives another: type-II estimates (for an empirical-Bayes
+    reference), the spectral points NCVMP's restarts kept, the k-means partitions, and where a
+    path of a multi-path fit starts (:mod:`ssgp_ppl.paths`)."""
 
     type2: dict | None = None
     spectral_points: np.ndarray | None = None
     partitions: Partitions | None = None
+    start: dict | None = None  # starting values of the sites (a multi-path fit's dispersed start)
 
 
 @dataclass(eq=False)
@@ -98,6 +112,8 @@ class Posterior:
     sample_stats: xr.Dataset | None = None  # a sampler's own statistics (NUTS: energy, …)
     params: dict | None = None  # fitted guide / type-II parameters (constrained; SVI and ML)
     feature_names: tuple = ()  # the training inputs' columns (a DataFrame given to predict)
+    path_of_draw: np.ndarray | None = None  # multi-path fits: the path of each draw (S,)
+    path_posteriors: tuple = ()  # multi-path fits: each path's own posterior (not saved)
     test: Prediction | None = None
     metrics: dict | None = None
     datatree: xr.DataTree | None = None
@@ -205,7 +221,8 @@ class Posterior:
         rule_attrs["sites_from_posterior"] = shared
         for name, sc in (("x_scaler", self.x_scaler), ("y_scaler", self.y_scaler)):
             arrays[f"{name}_mean"], arrays[f"{name}_scale"] = np.asarray(sc.mean), np.asarray(sc.scale)
-        for k, v in (("log_p", self.log_p), ("log_q", self.log_q), ("losses", self.losses)):
+        for k, v in (("log_p", self.log_p), ("log_q", self.log_q), ("losses", self.losses),
+                     ("path_of_draw", self.path_of_draw)):
             if v is not None:
                 arrays[k] = np.asarray(v)
         arrays.update({f"params_{k}": np.asarray(v) for k, v in (self.params or {}).items()})
@@ -263,7 +280,7 @@ def load(path: str | Path, make_entry) -> Posterior:
 
     tree = dt.copy()
     del tree[STATE_GROUP]
-    info = FitInfo(**meta["info"])
+    info = FitInfo(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["info"].items()})
     params = {k[len("params_"):]: v for k, v in arrays.items() if k.startswith("params_")}
     test = None
     if meta.get("test") is not None:
@@ -273,5 +290,6 @@ def load(path: str | Path, make_entry) -> Posterior:
                      scaler("x_scaler"), scaler("y_scaler"), info, arrays.get("log_p"),
                      arrays.get("log_q"), arrays.get("losses"), float(meta["y_centre"]),
                      test=test, metrics=meta["metrics"], params=params or None,
+                     path_of_draw=arrays.get("path_of_draw"),
                      feature_names=tuple(meta["feature_names"]),
                      datatree=tree if tree.children else None)

@@ -460,6 +460,44 @@ class LocalFitsRule:
                         "a_signal": float(self.prior.a_signal), "a_noise": float(self.prior.a_noise)}
 
 
+@dataclass(frozen=True, eq=False)
+class StackedRule:
+    """The weighted mixture of K closed-form rules (a multi-path fit, :mod:`ssgp_ppl.paths`): path
+    k's per-draw moments are repeated ``counts[k]`` times, so the equal-weight mixture over the
+    rows is the weighted mixture of the paths."""
+
+    rules: tuple
+    counts: tuple  # (K,) ints: rows of each path in the mixture
+
+    @property
+    def closed_form(self) -> bool:
+        return self.rules[0].closed_form
+
+    @property
+    def fits_at_prediction(self) -> bool:
+        return self.rules[0].fits_at_prediction
+
+    def moments(self, x, *, client=None, progress: bool = False) -> Moments:
+        parts = [(r.moments(x, client=client, progress=progress), c)
+                 for r, c in zip(self.rules, self.counts, strict=True) if c > 0]
+
+        def rows(a, c):
+            return np.asarray(a)[np.resize(np.arange(len(a)), c)]
+
+        noise = None if parts[0][0].noise is None else \
+            np.concatenate([rows(m.noise, c) for m, c in parts])
+        return Moments(np.concatenate([rows(m.mean_f, c) for m, c in parts]),
+                       np.concatenate([rows(m.var_f, c) for m, c in parts]), noise)
+
+    def state(self) -> tuple[dict, dict]:
+        arrays, attrs = {}, []
+        for k, r in enumerate(self.rules):
+            a, at = r.state()
+            arrays.update({f"path{k}_{name}": v for name, v in a.items()})
+            attrs.append(at)
+        return arrays, {"rule": "stacked", "counts": [int(c) for c in self.counts], "paths": attrs}
+
+
 def _prior(arrays: dict, attrs: dict) -> ncvmp.TanPrior:
     return ncvmp.TanPrior(jnp.asarray(arrays["prior_mu0"]), jnp.asarray(arrays["prior_sigma0"]),
                           float(attrs["a_signal"]), float(attrs["a_noise"]))
@@ -480,6 +518,11 @@ def rule_from_state(arrays: dict, attrs: dict):
                                    for k in ncvmp.NCVMPState._fields))
         return NCVMPRule(state, arrays["points"], int(attrs["n"]), _prior(arrays, attrs),
                          float(attrs["ybar"]))
+    if kind == "stacked":
+        rules = tuple(rule_from_state({k[len(f"path{i}_"):]: v for k, v in arrays.items()
+                                       if k.startswith(f"path{i}_")}, a)
+                      for i, a in enumerate(attrs["paths"]))
+        return StackedRule(rules, tuple(attrs["counts"]))
     if kind == "local_fits":
         settings = ncvmp.NCVMPSettings(*attrs["settings"])
         return LocalFitsRule(arrays["x_train"], arrays["y_train"], _prior(arrays, attrs),
@@ -488,6 +531,6 @@ def rule_from_state(arrays: dict, attrs: dict):
     raise SSGPError(f"unknown saved predictive rule {kind!r}")
 
 
-__all__ = ["RULES", "LocalResult", "Moments", "Prediction", "SiteRule", "NCVMPRule",
+__all__ = ["RULES", "LocalResult", "Moments", "Prediction", "SiteRule", "NCVMPRule", "StackedRule",
            "LocalFitsRule", "y_moments", "predict_draws", "prediction", "predict_sites", "predictive_draws",
            "check_test_inputs", "loo_predictive", "rule_from_state"]

@@ -1,11 +1,13 @@
-"""``compare``: fit an entry's methods plus its NUTS reference on one split, write a report.
+"""``compare``: fit an entry's methods plus its reference on one split, write a report.
 
 Writes ``comparison.json`` (per method: the ``fit`` metrics, coverage curve, PSIS-LOO, the
-posterior comparison with NUTS; NUTS health and modes), a self-contained ``report.html``
-(tables, plots embedded as PNG: predictive bands, coverage curve, PIT and LOO-PIT Δ-ECDFs,
-VI-vs-NUTS marginals, loss traces) and each method's DataTree as ``posterior_<method>.nc``.
+posterior comparison with the reference next to the reference's replicate floor; the reference's
+verdict, its reasons and modes), a self-contained ``report.html`` (tables, plots embedded as PNG:
+predictive bands, coverage curve, PIT and LOO-PIT Δ-ECDFs, VI-vs-reference marginals, loss traces)
+and each method's DataTree as ``posterior_<method>.nc``.
 
-Every VI-vs-NUTS figure and every NUTS diagnostic is computed on quantities the SSGP's
+The reference is the registry's (:func:`ssgp_ppl.methods.reference`: tempered SMC polished by
+NUTS). Every VI-vs-reference figure and every diagnostic is computed on quantities the SSGP's
 symmetries leave unchanged (:mod:`ssgp_ppl.invariants`), never on individual frequencies; a
 reference that did not converge is labelled so in every table and plot that uses it.
 """
@@ -20,19 +22,21 @@ from pathlib import Path
 import numpy as np
 
 from ssgp_ppl import invariants, methods
-from ssgp_ppl.calibration import loo_summary, nuts_health
+from ssgp_ppl.calibration import loo_summary, reference_health
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.io import write_json, write_text_atomic
 from ssgp_ppl.metrics import DEFAULT_LEVELS as LEVELS
 from ssgp_ppl.metrics import coverage_curve
-from ssgp_ppl.pipeline import fit, metrics_record
+from ssgp_ppl.pipeline import evaluate, fit, metrics_record
 from ssgp_ppl.posterior import Handoff, Posterior
 
 # settings of a quick run (notebooks and tests at SSGP_PPL_SMALL=1): every method still runs
-SMALL_SETTINGS = ("svi.steps=400", "svi.min_steps=0", "ml.steps=300", "nuts.warmup=100",
+SMALL_SETTINGS = ("svi.steps=400", "svi.min_steps=0", "svi.paths=2", "ml.steps=300", "nuts.warmup=100",
                   "nuts.samples=100", "nuts.chains=2", "nuts.max_tree_depth=6",
+                  "smc.particles=64", "smc.mcmc_steps=3", "smc.chains=2", "smc.warmup=60",
+                  "smc.samples=60", "smc.max_tree_depth=6",
                   "ncvmp.restarts=2", "ncvmp.max_iter=60", "local.k=25", "predictive.samples=60")
 
 
@@ -44,17 +48,17 @@ def small(entry: CatalogEntry, data: Dataset, n_train: int = 80, n_test: int = 3
                           x_test=data.x_test[:n_test], y_test=data.y_test[:n_test]))
 
 
-REPORT_FORMAT = 2  # comparison.json layout (1: before calibration and VI-vs-NUTS sections)
-NUTS_MAX_ROWS = 5000  # NUTS references are for small data (pendulum, Auto-MPG, subsamples)
+REPORT_FORMAT = 3  # comparison.json layout (3: reference verdict and replicate floor)
+REFERENCE_MAX_ROWS = 5000  # references are for small data (pendulum, Auto-MPG, subsamples)
 
 
 def methods_to_run(entry: CatalogEntry, n_train: int = 0) -> list[str]:
-    """The entry's methods, plus NUTS when the model has latent sites (on a model with type-II
-    hyperparameters NUTS conditions on the entry's own estimates: an empirical-Bayes reference)
-    and the training split has at most NUTS_MAX_ROWS rows."""
+    """The entry's methods, plus the reference when the model has latent sites (on a model with
+    type-II hyperparameters it conditions on the entry's own estimates: an empirical-Bayes
+    reference) and the training split has at most REFERENCE_MAX_ROWS rows."""
     names = list(entry.methods)
     ref = methods.reference()
-    if ref.name not in names and entry.latent_sites and n_train <= NUTS_MAX_ROWS:
+    if ref.name not in names and entry.latent_sites and n_train <= REFERENCE_MAX_ROWS:
         names.append(ref.name)
     return names
 
@@ -69,16 +73,16 @@ def _png(fig) -> str:
 
 
 def _reference_label(records: list[dict]) -> str:
-    nuts = [r for r in records if "nuts" in r]
-    if not nuts:
+    ref = [r for r in records if "reference" in r]
+    if not ref:
         return ""
-    d = nuts[0]["nuts"]
-    name = methods.reference().name
+    d = ref[0]["reference"]
+    name = ref[0]["method"]
     return name if d["converged"] else f"{name} (NOT CONVERGED, {d['modes']} modes)"
 
 
-def _label(r: Posterior, ref_label: str) -> str:
-    return ref_label if methods.get(r.method).reference and ref_label else r.method
+def _label(rec: dict, ref_label: str) -> str:
+    return ref_label if "reference" in rec and ref_label else rec["method"]
 
 
 def _plots(results: list[Posterior], records: list[dict], data: Dataset,
@@ -92,22 +96,22 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
     order = np.argsort(results[0].mean)
     figs = []
     fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4), squeeze=False)
-    for ax, r in zip(axes[0], results, strict=True):
+    for ax, r, rec in zip(axes[0], results, records, strict=True):
         sd = np.sqrt(r.var[order])
         idx = np.arange(len(order))
         ax.fill_between(idx, r.mean[order] - 1.645 * sd, r.mean[order] + 1.645 * sd, alpha=0.3,
                         label="90% interval")
         ax.plot(idx, r.mean[order], lw=1, label="mean")
         ax.plot(idx, y[order], ".", ms=2, color="k", label="observed")
-        ax.set_title(f"{_label(r, ref_label)}: test predictions", fontsize=9)
+        ax.set_title(f"{_label(rec, ref_label)}: test predictions", fontsize=9)
         ax.set_xlabel("test point (sorted by first method's mean)")
     axes[0][0].legend(fontsize=7)
     figs.append(("Predictive bands on the test set", _png(fig)))
 
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
-    for r, rec in zip(results, records, strict=True):  # the curves compare() already computed
+    for rec in records:  # the curves compare() already computed
         c = rec["coverage_curve"]
-        ax.plot(c["nominal"], c["empirical"], "o-", label=_label(r, ref_label))
+        ax.plot(c["nominal"], c["empirical"], "o-", label=_label(rec, ref_label))
     ax.plot([0, 1], [0, 1], "k--", lw=0.8)
     ax.set_xlabel("nominal central-interval level")
     ax.set_ylabel("empirical coverage (test)")
@@ -116,16 +120,22 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
 
     figs.append(("PIT Δ-ECDF on the test set (exact PIT of the predictive mixture; "
                  "arviz_plots.plot_ecdf_pit, simultaneous 99% band)",
-                 _pit_plot({_label(r, ref_label): np.asarray(
-                     r.datatree["predictions_constant_data"]["pit"]) for r in results})))
-    loo_pits = {_label(r, ref_label): loo_pit[r.method] for r in results if r.method in loo_pit}
+                 _pit_plot({_label(rec, ref_label): np.asarray(
+                     r.datatree["predictions_constant_data"]["pit"]) for r, rec in
+                     zip(results, records, strict=True)})))
+    loo_pits = {_label(rec, ref_label): loo_pit[rec["method"]] for rec in records
+                if rec["method"] in loo_pit}
     if loo_pits:
         figs.append(("LOO-PIT Δ-ECDF on the training rows (PSIS; VI draws importance-corrected)",
                      _pit_plot(loo_pits)))
 
-    marg = _marginals_plot(results, ref_label)
+    modes = _modes_plot(records, ref_label)
+    if modes:
+        figs.append(("Modes: the paths of multi-path fits (weight, LOO log score) and the "
+                     "reference's modes (share of chains, mean log density)", modes))
+    marg = _marginals_plot(results, records, ref_label)
     if marg:
-        figs.append(("VI vs NUTS: posterior marginals of symmetry-invariant quantities", marg))
+        figs.append(("VI vs reference: posterior marginals of symmetry-invariant quantities", marg))
 
     traced = [r for r in results if r.losses is not None]
     if traced:
@@ -140,6 +150,43 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
     return figs
 
 
+def _modes_plot(records: list[dict], ref_label: str) -> str | None:
+    fig = modes_figure(records, ref_label)
+    return None if fig is None else _png(fig)
+
+
+def modes_figure(records: list[dict], ref_label: str = ""):
+    """The modes panel of a comparison's records (``comparison.json``'s ``methods``): each path
+    of a multi-path fit (weight; LOO log score) and each mode of the reference (share of chains;
+    mean log density). A matplotlib figure, or None when there is neither."""
+    import matplotlib.pyplot as plt
+
+    panels = [(r["method"], r["paths"]) for r in records if "paths" in r]
+    panels += [(ref_label or r["method"], r["reference"]) for r in records if "reference" in r]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.4), squeeze=False)
+    for ax, (label, d) in zip(axes[0], panels, strict=True):
+        if "weights" in d:  # paths
+            w, score, what = d["weights"], d["loo"], "LOO log score"
+            ax.set_xlabel("path")
+            ax.set_title(f"{label}: {len(w)} paths, {d['combine']}", fontsize=9)
+        else:  # reference modes
+            w, score, what = d["mode_weights"], d["mode_log_density"], "mean log density"
+            ax.set_xlabel("mode (chains grouped by two-chain R-hat)")
+            ax.set_title(f"{label}: {d['modes']} modes", fontsize=9)
+        k = np.arange(len(w))
+        ax.bar(k, w, color="tab:blue", alpha=0.7)
+        ax.set_ylabel("weight", color="tab:blue")
+        ax.set_ylim(0, 1)
+        ax.set_xticks(k)
+        twin = ax.twinx()
+        twin.plot(k, score, "o", color="tab:red")
+        twin.set_ylabel(what, color="tab:red")
+    fig.tight_layout()
+    return fig
+
+
 def _pit_plot(pits: dict[str, np.ndarray]) -> str:
     import matplotlib.pyplot as plt
     from arviz_base import from_dict
@@ -151,16 +198,17 @@ def _pit_plot(pits: dict[str, np.ndarray]) -> str:
     return _png(plt.gcf())
 
 
-def _marginals_plot(results: list[Posterior], ref_label: str) -> str | None:
+def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: str) -> str | None:
     """Histograms of each method's draws of the scalar invariants and a few f* components."""
     import matplotlib.pyplot as plt
 
-    with_draws = [r for r in results if "invariants" in r.datatree.children
+    with_draws = [(r, rec) for r, rec in zip(results, records, strict=True)
+                  if "invariants" in r.datatree.children
                   and r.datatree["invariants"].sizes["chain"] * r.datatree["invariants"].sizes[
                       "draw"] > 1]
     if not with_draws:
         return None
-    inv0 = with_draws[0].datatree["invariants"]
+    inv0 = with_draws[0][0].datatree["invariants"]
     panels = [("noise", {}), ("signal", {})]
     panels += [("frequency_spread", {"input": j}) for j in range(inv0.sizes["input"])]
     n_test = inv0.sizes["test"]
@@ -170,10 +218,10 @@ def _marginals_plot(results: list[Posterior], ref_label: str) -> str | None:
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.5 * rows), squeeze=False)
     for ax, (name, sel) in zip(axes.flat, panels, strict=False):
-        for r in with_draws:
+        for r, rec in with_draws:
             v = np.asarray(r.datatree["invariants"][name].isel(sel)).ravel()
             if invariants.varies(v):
-                ax.hist(v, bins=40, density=True, histtype="step", label=_label(r, ref_label))
+                ax.hist(v, bins=40, density=True, histtype="step", label=_label(rec, ref_label))
             else:
                 ax.axvline(v[0], ls=":", color="gray")
         where = ", ".join(f"{k} {v}" for k, v in sel.items())
@@ -200,22 +248,41 @@ def _table(rows: list[dict], cols: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _nuts_record(res: Posterior) -> dict:
-    """NUTS health (:func:`~ssgp_ppl.calibration.nuts_health`) plus the modes the chains visited."""
-    dt = res.datatree
-    health = nuts_health(dt)
-    lp = np.asarray(dt["sample_stats"]["lp"])
-    health.update(invariants.count_modes(dt["invariants"].to_dataset(), extra={"lp": lp}))
-    return health
+
+
+def paths_record(post: Posterior) -> dict:
+    """A multi-path fit's paths: how they combine, each one's weight, LOO log score (closed form,
+    s integrated given θ), final objective and posterior mean noise sd (original units), and the
+    mixture's LOO log score."""
+    i = post.info
+    scale = float(np.asarray(post.y_scaler.scale))
+    noise = [float(np.mean(p.flat_sites["noise"]) * scale) if "noise" in p.flat_sites else None
+             for p in post.path_posteriors]
+    return {"combine": i.combine, "weights": list(i.path_weights), "loo": list(i.path_loo),
+            "objective": list(i.path_objective), "noise": noise, "stacked_loo": i.stacked_loo}
+
+
+def replicate_floor(ref_inv, *, seed: int = 0) -> dict | None:
+    """The reference compared with itself: :func:`~ssgp_ppl.invariants.posterior_comparison` of
+    its first half of chains against its second half (None with fewer than 2 chains). A VI-vs-
+    reference distance below about twice this floor is within the reference's own Monte Carlo
+    noise."""
+    chains = ref_inv.sizes["chain"]
+    if chains < 2:
+        return None
+    half = chains // 2
+    return invariants.posterior_comparison(ref_inv.isel(chain=slice(0, half)),
+                                           ref_inv.isel(chain=slice(half, None)), seed=seed)
 
 
 def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             progress: bool = True) -> list[dict]:
-    """Fit every method of ``entry`` (plus NUTS where possible) on one split, write the report.
+    """Fit every method of ``entry`` (plus the reference where possible) on one split, write the
+    report.
 
     Per method: the ``fit`` metrics, the coverage curve (10%..90%), PSIS-LOO (importance-
-    corrected for VI draws), and for VI methods the posterior comparison with NUTS on the
-    invariant quantities; for NUTS its health and modes. Returns the per-method records.
+    corrected for VI draws), and for VI methods the posterior comparison with the reference on
+    the invariant quantities; for the reference its verdict and modes. Returns the per-method records.
     """
     lik = entry.config["model"]["likelihood"]
     if lik != "gaussian":
@@ -233,31 +300,44 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
         res = fit(entry, data, method, seed=seed, progress=progress, inputs=handoff)
         if i == 0:
             handoff = Handoff(res.handoff.type2, res.handoff.spectral_points, partitions)
-        rec = metrics_record(res, data)
-        rec["loo_seconds"] = float(res.info.loo_seconds)
-        rec["coverage_curve"] = {"nominal": LEVELS.tolist(),
-                                 "empirical": coverage_curve(y_test, res.mean, res.var,
-                                                             LEVELS)[1].tolist()}
-        loo = loo_summary(res.datatree)
-        if loo is not None:
-            rec["loo"], loo_pit[method] = loo
-        if methods.get(method).reference:
-            rec["nuts"] = _nuts_record(res)
-        results.append(res)
-        records.append(rec)
-        res.save(out / f"posterior_{method}.nc")
-    ref = next((r for r in results if methods.get(r.method).reference), None)
+        runs = [(method, res)]
+        if res.path_posteriors:  # a multi-path fit: its first path alone is the single-run fit
+            one = evaluate(res.path_posteriors[0], data, seed=seed)
+            runs.insert(0, (f"{method}-one-path", one))
+        for label, r in runs:
+            rec = metrics_record(r, data) | {"method": label}
+            rec["loo_seconds"] = float(r.info.loo_seconds)
+            rec["coverage_curve"] = {"nominal": LEVELS.tolist(),
+                                     "empirical": coverage_curve(y_test, r.mean, r.var,
+                                                                 LEVELS)[1].tolist()}
+            loo = loo_summary(r.datatree)
+            if loo is not None:
+                rec["loo"], loo_pit[label] = loo
+            if methods.get(method).reference:
+                rec["reference"] = reference_health(r.datatree, r.info)
+            if r.info.paths:
+                rec["paths"] = paths_record(r)
+            results.append(r)
+            records.append(rec)
+            r.save(out / f"posterior_{label}.nc")
+    ref = next((r for r, rec in zip(results, records, strict=True) if "reference" in rec), None)
     ref_label = _reference_label(records)
     if ref is not None:
         ref_inv = ref.datatree["invariants"].to_dataset()
+        ref_rec = records[results.index(ref)]
+        floor = replicate_floor(ref_inv, seed=seed)
+        if floor is not None:
+            ref_rec["reference"]["replicate_floor"] = floor
         for r, rec in zip(results, records, strict=True):
             if r is ref or "invariants" not in r.datatree.children:
                 continue
             inv = r.datatree["invariants"].to_dataset()
             if inv.sizes["chain"] * inv.sizes["draw"] > 1:
-                rec["vs_nuts"] = invariants.posterior_comparison(inv, ref_inv, seed=seed)
-                rec["vs_nuts"]["reference_converged"] = records[results.index(ref)]["nuts"][
-                    "converged"]
+                rec["vs_reference"] = invariants.posterior_comparison(inv, ref_inv, seed=seed)
+                for q, v in rec["vs_reference"].items():
+                    if floor is not None and q in floor:
+                        v["w1_scaled_floor"] = floor[q]["w1_scaled"]
+                rec["vs_reference"]["reference_converged"] = ref_rec["reference"]["converged"]
     write_json(out / "comparison.json", {"format": REPORT_FORMAT, "model": entry.name,
                                          "dataset": data.name, "split": data.split, "seed": seed,
                                          "methods": records})
@@ -269,7 +349,7 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
 def _html(entry, data, seed, records, results, ref_label, loo_pit) -> str:
     cols = ["method", "rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90",
             "fit_seconds", "predict_seconds"]
-    rows = [{**r, "method": _label(res, ref_label)} for r, res in zip(records, results, strict=True)]
+    rows = [{**r, "method": _label(r, ref_label)} for r in records]
     parts = [f"<h1>{html.escape(entry.name)} on {html.escape(data.name)}</h1>",
              f"<p>{html.escape(entry.description)}<br>n_train = {data.n_train}, "
              f"n_test = {data.n_test}, split {data.split}, seed {seed}. Metrics on the test set "
@@ -287,44 +367,73 @@ def _html(entry, data, seed, records, results, ref_label, loo_pit) -> str:
                   "<p>VI draws use <code>loo_approximate_posterior</code> (importance ratios "
                   "p(θ, y) / q(θ)); Pareto k̂ above good_k flags rows where q is too far from the "
                   "posterior for the estimate to be trusted.</p>", _table(loo, list(loo[0]))]
-    nuts = [r for r in records if "nuts" in r]
-    if nuts:
-        d = nuts[0]["nuts"]
+    for r in records:
+        if "paths" in r:
+            d = r["paths"]
+            tab = [{"path": k, "weight": d["weights"][k], "loo_log_score": d["loo"][k],
+                    "final_objective": d["objective"][k], "noise_sd": d["noise"][k]}
+                   for k in range(len(d["weights"]))]
+            parts += [f"<h2>{html.escape(r['method'])}: {len(tab)} paths combined by "
+                      f"{html.escape(d['combine'])}</h2>",
+                      "<p>Each path is a fit from its own start (path 0: the entry's own; the "
+                      "others: the best of 4096 prior draws by the collapsed log joint, or spread "
+                      "lengthscales and spectral sets). LOO log score: Σᵢ log p(yᵢ | y₋ᵢ) with s "
+                      "integrated given each draw (closed form), the stacking criterion; mixture: "
+                      f"{d['stacked_loo']:.2f}. Yao, Vehtari & Gelman 2022.</p>",
+                      _table(tab, list(tab[0]))]
+    refs = [r for r in records if "reference" in r]
+    if refs:
+        d = refs[0]["reference"]
         status = "converged" if d["converged"] else (
-            "NOT CONVERGED: every comparison with it below is against an unreliable reference")
+            "NOT CONVERGED: " + "; ".join(d["reasons"]) + ". Every comparison with it below is "
+            "against an unreliable reference")
         flat = {"divergences": d["divergences"], "modes": d["modes"],
-                "chain_mode": str(d["chain_mode"]), "bfmi_min": min(d["bfmi"])}
+                "log_density_spread": d["log_density_spread"], "bfmi_min": min(d["bfmi"])}
+        if "log_evidence" in d:
+            flat.update(particles=d["particles"], temperatures=str(d["temperatures"]),
+                        log_evidence=", ".join(f"{v:.2f}" for v in d["log_evidence"]),
+                        runs_rhat=d["runs_rhat"])
         health = [{"quantity": q, "rhat_max": d["rhat_max"][q], "ess_bulk_min": d["ess_bulk_min"][q],
                    "ess_tail_min": d["ess_tail_min"][q]} for q in d["rhat_max"]]
-        parts += [f"<h2>NUTS reference: {status}</h2>",
-                  "<p>Diagnostics on symmetry-invariant quantities (rank R-hat, bulk/tail ESS: "
-                  "worst component); modes = groups of chains whose two-chain R-hat on the "
-                  "scalar invariants and log density stays below 1.1.</p>",
+        modes = [{"mode": k, "chains": str([c for c, mk in enumerate(d["chain_mode"]) if mk == k]),
+                  "weight (share of chains)": d["mode_weights"][k],
+                  "mean log density": d["mode_log_density"][k]} for k in range(d["modes"])]
+        parts += [f"<h2>Reference ({html.escape(refs[0]['method'])}): {html.escape(status)}</h2>",
+                  "<p>Converged means: rank R-hat ≤ 1.01 and bulk/tail ESS ≥ 400 on every "
+                  "symmetry-invariant quantity, no divergence, BFMI ≥ 0.3, the chains' mean log "
+                  "density within 3 nats, and for tempered SMC two runs whose log evidence agrees "
+                  "within 1 nat and whose invariants agree (R-hat ≤ 1.05 with each run as one "
+                  "chain). Modes = groups of chains whose two-chain R-hat on the scalar invariants "
+                  "and log density stays below 1.1; the polishing chains start at SMC particles, "
+                  "so their shares estimate the modes' posterior mass.</p>",
                   _table([flat], list(flat))] + ([_table(health, list(health[0]))] if health else [])
+        parts += ["<h3>Modes</h3>", _table(modes, list(modes[0]))]
         if entry.learned_sites:
-            parts.append("<p>Empirical-Bayes reference: NUTS conditions on the type-II "
+            parts.append("<p>Empirical-Bayes reference: it conditions on the type-II "
                          f"hyperparameters estimated by {html.escape(entry.methods[0])}.</p>")
         vs = []
         for row, r in zip(rows, records, strict=True):
-            for q, v in r.get("vs_nuts", {}).items():
+            for q, v in r.get("vs_reference", {}).items():
                 if isinstance(v, dict):
                     vs.append({"method": row["method"], "quantity": q, **v})
         if vs:
             note = "" if d["converged"] else " (reference NOT CONVERGED)"
-            parts += [f"<h2>VI vs NUTS on invariant quantities{note}</h2>",
+            parts += [f"<h2>VI vs reference on invariant quantities{note}</h2>",
                       "<p>W1: Wasserstein-1 per component, averaged (original units; scaled: in "
-                      "NUTS sd); KL(VI ‖ NUTS) by nearest neighbours; std ratio sd_VI / sd_NUTS "
-                      "(median, min, max over components; below 1 VI understates uncertainty)."
-                      "</p>", _table(vs, list(vs[0]))]
+                      "reference sd); w1_scaled_floor: the same between two halves of the "
+                      "reference's own chains (its replicate floor: a distance below ~2× the floor "
+                      "is noise); KL(VI ‖ reference) by nearest neighbours; std ratio sd_VI / "
+                      "sd_ref (median, min, max over components; below 1 VI understates "
+                      "uncertainty).</p>", _table(vs, list(vs[0]))]
     elif not entry.latent_sites:
-        parts.append("<p>No NUTS reference: this entry has no latent variables (all its "
+        parts.append("<p>No reference: this entry has no latent variables (all its "
                      "parameters are type-II point estimates).</p>")
     elif any(not res.sites for res in results):
-        parts.append("<p>No NUTS reference for local fits: each test point has its own "
+        parts.append("<p>No reference for local fits: each test point has its own "
                      "posterior on its neighbourhood.</p>")
     else:
-        parts.append(f"<p>No NUTS reference: n_train = {data.n_train} exceeds {NUTS_MAX_ROWS} "
-                     "rows (use --subsample for a NUTS comparison).</p>")
+        parts.append(f"<p>No reference: n_train = {data.n_train} exceeds {REFERENCE_MAX_ROWS} "
+                     "rows (use --subsample for a reference).</p>")
     for title, png in _plots(results, records, data, ref_label, loo_pit):
         parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
                      f"src='data:image/png;base64,{png}'>")
@@ -364,21 +473,21 @@ def compare_named(name: str, dataset: str, out_root: Path | str = "reports", *,
 
 def summary_rows(result: dict) -> list[dict]:
     """One flat row per method of a comparison.json: metrics, 90% coverage, LOO k̂, and the
-    VI-vs-NUTS std ratios and W1 (scaled) of f*, the kernel and the noise."""
+    VI-vs-reference std ratios and W1 (scaled) of f*, the kernel and the noise."""
     rows = []
-    nuts = next((m["nuts"] for m in result["methods"] if "nuts" in m), None)
+    ref = next((m["reference"] for m in result["methods"] if "reference" in m), None)
     for m in result["methods"]:
         row = {"model": result["model"], "method": m["method"], "nmse": m["nmse"],
                "mnlp": m["mnlp"], "crps": m["crps"], "coverage_90": m["coverage_90"]}
         if "loo" in m:
             row["pareto_k_bad_frac"] = m["loo"]["pareto_k_bad_frac"]
         for q in ("f_test", "kernel", "noise", "frequency_spread"):
-            v = m.get("vs_nuts", {}).get(q)
+            v = m.get("vs_reference", {}).get(q)
             if isinstance(v, dict):
                 row[f"std_ratio_{q}"] = v["std_ratio"]
                 row[f"w1_scaled_{q}"] = v["w1_scaled"]
-        if nuts is not None:
-            row["nuts_converged"] = nuts["converged"]
-            row["nuts_modes"] = nuts["modes"]
+        if ref is not None:
+            row["reference_converged"] = ref["converged"]
+            row["reference_modes"] = ref["modes"]
         rows.append(row)
     return rows

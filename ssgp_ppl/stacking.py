@@ -17,6 +17,8 @@ from scipy.special import logsumexp
 
 from ssgp_ppl.errors import SSGPError
 
+COMBINE = ("stacking", "posterior", "best")  # how the paths of a multi-path fit combine
+
 
 class Stacking(NamedTuple):
     weights: np.ndarray  # (K,) on the simplex

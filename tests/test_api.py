@@ -115,7 +115,8 @@ def test_catalog_and_version():
 def test_arrays_without_test_rows_give_a_datatree_and_the_method_checks(pendulum):
     x, y, _, _ = _raw(pendulum)
     post = ssgp_ppl.fit("ssgp_svi", x=x[:60], y=y[:60],
-                        settings={"svi.steps": np.int64(50), "predictive.samples": 30})
+                        settings={"svi.steps": np.int64(50), "svi.paths": 1,
+                                  "predictive.samples": 30})
     assert post.test is None and post.metrics is None
     assert {"posterior", "log_likelihood", "sample_stats", "invariants"} <= set(post.datatree.children)
     assert "predictions" not in post.datatree.children

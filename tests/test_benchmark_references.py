@@ -62,6 +62,11 @@ def _setup(name):
     method = next(m for m in entry.methods if m in ("svi", "ml"))
     partitions = None
     sets = [f"m={M}"]
+    if method == "svi" and entry.config["model"]["nuisance"] == "marginalized":
+        # the references hand-write minibatch ELBOs: the sampled-s form of the model (a collapsed
+        # likelihood does not factorise over rows)
+        sets += ["model.nuisance=sampled", "inference.svi.noncentred=false",
+                 "inference.svi.paths=1"]
     if method == "svi" and not entry.config["partitions"]["per_step"]:
         sets.append(f"inference.svi.batch_size={BATCH}")
     entry = entry.with_overrides(sets)

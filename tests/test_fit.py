@@ -33,7 +33,8 @@ def test_ssgp_optimized_pendulum_nmse(pendulum):
 
 
 def test_svi_datatree_groups_and_netcdf_roundtrip(pendulum, tmp_path):
-    entry = load_entry("ssgp_svi").with_overrides(["svi.steps=300", "svi.min_steps=0", "samples=20"])
+    entry = load_entry("ssgp_svi").with_overrides(["svi.steps=300", "svi.min_steps=0", "svi.paths=1",
+                                                   "samples=20"])
     res = fit(entry, pendulum, "svi", seed=0, progress=False)
     dt = res.datatree
     assert {"posterior", "observed_data", "predictions", "log_likelihood", "posterior_predictive",

@@ -22,9 +22,11 @@ from ssgp_ppl.report import SMALL_SETTINGS
 # one catalog entry per method, cut down to a quick run
 CASES = {
     "ml": ("ssgp", ["ml.steps=200"]),
-    "svi": ("ssgp_svi", ["svi.steps=150", "predictive.samples=20"]),
+    "svi": ("ssgp_svi", ["svi.steps=150", "svi.paths=2", "predictive.samples=20"]),
     "nuts": ("ssgp_svi", ["nuts.warmup=30", "nuts.samples=30", "nuts.chains=2",
                           "nuts.max_tree_depth=4"]),
+    "smc": ("tan_va_svi", ["smc.particles=32", "smc.mcmc_steps=2", "smc.chains=2", "smc.warmup=20",
+                           "smc.samples=20", "smc.max_tree_depth=4", "m=4"]),
     "ncvmp": ("tan_va", ["ncvmp.restarts=2", "ncvmp.max_iter=30", "predictive.samples=20"]),
     "local": ("tan_local", ["local.k=20", "ncvmp.restarts=2", "ncvmp.max_iter=20"]),
 }
@@ -145,5 +147,5 @@ def test_prerequisites_hand_over_type2_estimates_explicitly():
 
 
 def test_unknown_method_is_one_error():
-    with pytest.raises(SSGPError, match="unknown method 'mcmc'; known: ml, svi, nuts, ncvmp, local"):
+    with pytest.raises(SSGPError, match="unknown method 'mcmc'; known: ml, svi, nuts, smc, ncvmp, local"):
         methods.get("mcmc")

@@ -5,6 +5,7 @@ import json
 import re
 
 import numpy as np
+import pytest
 
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.report import compare, small
@@ -13,21 +14,28 @@ from ssgp_ppl.report import compare, small
 def test_compare_report_sections(pendulum, tmp_path):
     entry, data = small(load_entry("vssgp"), pendulum)
     records = compare(entry, data, tmp_path, progress=False)
-    assert [r["method"] for r in records] == ["svi", "nuts"]
+    # the entry's own method fits two paths (SMALL_SETTINGS): its first path alone, the stacked
+    # mixture, and the reference
+    assert [r["method"] for r in records] == ["svi-one-path", "svi", "smc"]
     saved = json.loads((tmp_path / "comparison.json").read_text())
-    svi, nuts = saved["methods"]
+    one, svi, ref = saved["methods"]
     np.testing.assert_allclose(svi["coverage_curve"]["nominal"], np.linspace(0.1, 0.9, 9))
-    assert svi["loo"]["corrected"] and not nuts["loo"]["corrected"]
-    vs = svi["vs_nuts"]
+    assert one["loo"]["corrected"] and not ref["loo"]["corrected"]
+    assert "loo" not in svi  # a mixture of paths has no density ratio for PSIS
+    assert svi["paths"]["weights"] and sum(svi["paths"]["weights"]) == pytest.approx(1.0)
+    vs = svi["vs_reference"]
     assert {"frequency_spread", "kernel", "f_test"} <= set(vs)  # noise, signal: type-II, constant
     assert "noise" not in vs
     assert all(vs[q]["std_ratio"] > 0 for q in ("kernel", "f_test"))
-    h = nuts["nuts"]
-    assert {"rhat_max", "ess_bulk_min", "ess_tail_min", "bfmi", "divergences", "modes"} <= set(h)
+    h = ref["reference"]
+    assert {"rhat_max", "ess_bulk_min", "ess_tail_min", "bfmi", "divergences", "modes",
+            "log_evidence", "runs_rhat", "reasons", "replicate_floor"} <= set(h)
     assert len(h["chain_mode"]) == 2 and vs["reference_converged"] == h["converged"]
+    assert h["converged"] == (not h["reasons"])
+    assert all("w1_scaled_floor" in vs[q] for q in ("kernel", "f_test"))
     html = (tmp_path / "report.html").read_text()
     assert len(re.findall(r"<img alt='[^']+' src='data:image/png;base64,[A-Za-z0-9+/=]{500,}'>",
-                          html)) == 6
+                          html)) == 7  # with the modes panel
     assert ("NOT CONVERGED" in html) == (not h["converged"])
-    for method in ("svi", "nuts"):
+    for method in ("svi-one-path", "svi", "smc"):
         assert (tmp_path / f"posterior_{method}.nc").exists()

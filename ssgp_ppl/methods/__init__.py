@@ -15,9 +15,10 @@ from ssgp_ppl.methods.local import LOCAL
 from ssgp_ppl.methods.ml import ML
 from ssgp_ppl.methods.ncvmp import NCVMP
 from ssgp_ppl.methods.nuts import NUTS
+from ssgp_ppl.methods.smc import SMC
 from ssgp_ppl.methods.svi import SVI
 
-REGISTRY: dict[str, Method] = {m.name: m for m in (ML, SVI, NUTS, NCVMP, LOCAL)}
+REGISTRY: dict[str, Method] = {m.name: m for m in (ML, SVI, NUTS, SMC, NCVMP, LOCAL)}
 
 
 def register(method: Method) -> Method:

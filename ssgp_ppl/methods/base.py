@@ -74,6 +74,19 @@ class Method:
         """What the method optimises or samples, for `ssgp-ppl models`."""
         return ""
 
+    def paths(self, entry: CatalogEntry) -> tuple[int, str]:
+        """(K, combine): how many runs from dispersed starts the entry asks for and how they
+        combine (:mod:`ssgp_ppl.paths`); one run unless the method has ``paths`` settings."""
+        return 1, "stacking"
+
+    def path_starts(self, entry: CatalogEntry, data: Dataset, count: int, *, seed: int = 0,
+                    inputs: Handoff) -> list[tuple]:
+        """(entry, Handoff) where each of ``count`` paths of a multi-path fit starts
+        (default: :func:`ssgp_ppl.paths.dispersed_starts`)."""
+        from ssgp_ppl.paths import dispersed_starts
+
+        return dispersed_starts(entry, data, count, seed=seed, inputs=inputs)
+
     def guide_label(self, entry: CatalogEntry) -> str | None:
         """The guide it fits, where it fits one."""
         return None

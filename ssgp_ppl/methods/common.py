@@ -9,22 +9,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ssgp_ppl import spectral
 from ssgp_ppl.datatree import LOGLIK_MAX_VALUES, LOO_MIN_DRAWS, by_chain
 from ssgp_ppl.guides import EmptyGuide
 from ssgp_ppl.inference import guide_draws_with_density, site_values
+from ssgp_ppl.model import draw_nuisance, with_start
 from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
 from ssgp_ppl.predictive import SiteRule
 
 __all__ = ["LOGLIK_MAX_VALUES", "LOO_MIN_DRAWS", "by_chain", "spec_for", "partitions_for",
-           "site_rule", "finish"]
+           "site_rule", "with_nuisance", "finish"]
 
 
 def spec_for(entry, data, inputs):
     """The entry's model spec for the data's columns; the spectral points handed over (the set
-    NCVMP's restarts kept) replace the entry's own."""
+    NCVMP's restarts kept) replace the entry's own, and a handed-over start (a path of a
+    multi-path fit) sets the initial values."""
     spec = entry.spec(data.n_features)
     if inputs is not None and inputs.spectral_points is not None:
         spec = dataclasses.replace(spec, spectral_points=jnp.asarray(inputs.spectral_points))
+    if inputs is not None and inputs.start is not None:
+        spec = with_start(spec, inputs.start)
     return spec
 
 
@@ -46,6 +51,19 @@ def site_rule(entry, sites: dict, data, partitions) -> SiteRule:
                     partitions if pred["rule"] == "local" else None)
 
 
+def with_nuisance(sites: dict, x, y, seed: int) -> dict:
+    """``sites`` with s drawn from its exact Gaussian conditional given each draw of θ, σ_s, σ_n
+    (:func:`ssgp_ppl.model.draw_nuisance`): a sampler or guide over the collapsed model gives the
+    same sites as the uncollapsed one (the pointwise log-likelihood and the degenerate rule use s)."""
+    n = len(sites["signal"])
+    keys = jax.random.split(jax.random.PRNGKey(seed + 7), n)
+    noise = sites["noise"] if "noise" in sites else jnp.ones_like(sites["signal"])
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    s = jax.jit(jax.vmap(lambda k, f, sg, nz: draw_nuisance(k, spectral.features(x, f), y, sg, nz)))(
+        keys, jnp.asarray(sites["frequencies"]), jnp.asarray(sites["signal"]), jnp.asarray(noise))
+    return {**sites, "nuisance": s}
+
+
 def finish(entry, data, method: str, model, guide, params, res, *, spec, partitions, seed: int,
            num: int, densities: bool, t0: float, objective: str | None = None,
            beta: float | None = None) -> Posterior:
@@ -62,6 +80,8 @@ def finish(entry, data, method: str, model, guide, params, res, *, spec, partiti
         jax.block_until_ready(draws)
         loo_seconds = time.perf_counter() - t_loo if densities else 0.0  # LOO bookkeeping
     sites = site_values(model, params, draws, x[:1])  # site values do not depend on n
+    if spec.nuisance == "marginalized" and draws:  # s from its conditional per draw
+        sites = with_nuisance(sites, x, y, seed)
     jax.block_until_ready(sites)
     fit_seconds = time.perf_counter() - t0 - loo_seconds
     pred = entry.config["predictive"]

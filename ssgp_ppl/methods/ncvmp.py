@@ -17,6 +17,7 @@ from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
 from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
 from ssgp_ppl.predictive import NCVMPRule
+from ssgp_ppl.stacking import COMBINE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +31,10 @@ class NCVMPMethodSettings(Settings):
     restarts: int = setting(int, 10, "spectral sets tried at the start (§7: ten)", low=1)
     restart_iters: int = setting(int, 2, "iterations per tried set before keeping the best (§7)",
                                  low=1)
+    paths: int = setting(int, 1, "fits on this many of the candidate spectral sets, each run to "
+                         "convergence and combined (multi-path VI) instead of keeping the best", low=1)
+    combine: str = setting(str, "stacking", "how the paths combine: stacking (of their LOO "
+                           "predictives) | posterior (by bound) | best", choices=COMBINE)
 
     def algorithm_settings(self, steps: int | None = None) -> ncvmp.NCVMPSettings:
         """The solver's settings (``steps`` overrides max_iter)."""
@@ -75,6 +80,17 @@ class NCVMPMethod(Method):
 
     def objective_label(self, entry) -> str:
         return "elbo (NCVMP)"
+
+    def paths(self, entry) -> tuple[int, str]:
+        s = self.settings(entry)
+        return s.paths, s.combine
+
+    def path_starts(self, entry, data, count, *, seed=0, inputs):
+        """Path k fits the k-th of §7's candidate spectral sets (the entry's own first)."""
+        spec = common.spec_for(entry, data, None)
+        sets = spectral_candidates(entry, spec, max(count, 1))
+        return [(entry, dataclasses.replace(inputs, spectral_points=np.asarray(p)))
+                for p in sets[:count]]
 
     def run(self, entry, data, *, seed=0, steps=None, progress=True, inputs=None, checkpoint=None,
             client=None) -> Posterior:

@@ -34,7 +34,6 @@ class NUTSMethod(Method):
     name = "nuts"
     Settings = NUTSSettings
     description = "NUTS chains on the model with priors (empirical Bayes on type-II sites)"
-    reference = True
     accepts = ("spectral_points",)
 
     def check(self, entry, src: str) -> None:

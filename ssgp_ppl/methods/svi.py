@@ -9,11 +9,12 @@ from numpyro.infer import Trace_ELBO
 
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import PSI, known_guides, make_guide
-from ssgp_ppl.inference import Batching, Schedule, run_svi
+from ssgp_ppl.inference import Batching, Schedule, reparam_for_nuts, run_svi
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
 from ssgp_ppl.objectives import GRADIENTS, OBJECTIVES, make_objective
 from ssgp_ppl.posterior import Posterior
+from ssgp_ppl.stacking import COMBINE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,11 @@ class SVISettings(Settings):
     chunk: int = setting(int, 250, "steps per jitted scan", low=1)
     tol: float = setting((int, float), 1e-5, "relative change of the smoothed loss to stop", low=0)
     min_steps: int = setting(int, 0, "no convergence stop before this many steps", low=0)
+    noncentred: bool = setting(bool, False, "autoguides: fit the non-centred frequencies "
+                               "θ·2πℓ (standard normal a priori under the SE density) instead of θ")
+    paths: int = setting(int, 1, "independent fits from dispersed starts (multi-path VI)", low=1)
+    combine: str = setting(str, "stacking", "how the paths combine: stacking (of their LOO "
+                           "predictives) | posterior (by ELBO) | best", choices=COMBINE)
 
     def schedule(self, steps: int | None = None) -> Schedule:
         n = self.steps if steps is None else steps
@@ -72,6 +78,10 @@ class SVIMethod(Method):
         if not entry.latent_sites:
             raise SSGPError(f"{src}: inference.methods: 'svi' needs latent sites; this model has "
                             "none (use 'ml')")
+        if s.noncentred and not (s.guide.startswith("auto_") and mc["spectral_density"] == "se"
+                                 and mc["parameterization"] == "free"):
+            raise SSGPError(f"{src}: inference.svi.noncentred: needs an auto_* guide, "
+                            "spectral_density = 'se' and parameterization = 'free'")
         if s.guide == "mixture" and mc["spectral_density"] != "se":
             raise SSGPError(f"{src}: inference.svi.guide: 'mixture' needs spectral_density = 'se'")
         if entry.config["partitions"]["per_step"] and s.batch_size:
@@ -89,6 +99,10 @@ class SVIMethod(Method):
         s = self.settings(entry)
         return s.objective if s.objective == "elbo" else f"{s.objective} (β = {s.beta:g})"
 
+    def paths(self, entry) -> tuple[int, str]:
+        s = self.settings(entry)
+        return s.paths, s.combine
+
     def guide_label(self, entry) -> str:
         return self.settings(entry).guide
 
@@ -99,6 +113,8 @@ class SVIMethod(Method):
         if not spec.latent_sites():
             raise SSGPError(f"{entry.name}: SVI needs latent sites; this model has none")
         model = entry.model(spec)
+        if s.noncentred and "frequencies" in spec.latent_sites():
+            model = reparam_for_nuts(model, ["frequencies"])
         partitions = common.partitions_for(entry, data, inputs, seed)
         guide = guide_of(entry, spec, model, s)
         objective = make_objective(s.objective, beta=s.beta, particles=s.num_particles,
@@ -113,7 +129,9 @@ class SVIMethod(Method):
                       checkpoint=checkpoint)
         num = entry.config["predictive"]["samples"]
         # densities for PSIS-LOO where a pointwise log-likelihood will exist
-        dens = spec.nuisance == "sampled" and \
+        # (s is drawn from its exact conditional where the model integrates it out: log p(θ, y) /
+        # q(θ) is then the importance ratio of (θ, s))
+        dens = (spec.nuisance == "sampled" or spec.lik.name == "gaussian") and \
             max(num, common.LOO_MIN_DRAWS) * data.n_train <= common.LOGLIK_MAX_VALUES
         return common.finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
                       partitions=partitions, seed=seed,

@@ -1,0 +1,116 @@
+"""Multimodal posteriors: the reference's verdict and time, single vs stacked VI, for every catalog
+entry with latent variables (Gaussian likelihood) on pendulum and Auto-MPG; writes JSON.
+
+Per (entry, data set): the reference (tempered SMC + NUTS polishing: seconds, verdict and its
+reasons, modes, SMC log evidence per run, test NMSE/MNLP, and the same chains stacked per chain),
+the entry's own method as one path and as K stacked paths (test NMSE, MNLP, 90% coverage,
+seconds, weights). Records are written after each entry (atomically), ``--resume`` skips those
+already in the file.
+
+Usage: python benchmarks/multimodal.py [--entries ...] [--data pendulum autompg]
+       [--out reports/multimodal.json] [--resume] [--small]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, before numpy
+
+from ssgp_ppl import methods  # noqa: E402
+from ssgp_ppl.calibration import reference_health  # noqa: E402
+from ssgp_ppl.datasets import load  # noqa: E402
+from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
+from ssgp_ppl.io import write_json  # noqa: E402
+from ssgp_ppl.paths import combine, split_chains  # noqa: E402
+from ssgp_ppl.pipeline import evaluate, fit, prerequisites  # noqa: E402
+from ssgp_ppl.report import small  # noqa: E402
+
+KEEP = ("nmse", "mnlp", "coverage_90")
+PATHS = {"svi": 8, "ncvmp": 10}  # K of the stacked form of each VI method
+
+
+def latent_gaussian_entries() -> list[str]:
+    out = []
+    for name in list_entries():
+        e = load_entry(name)
+        if e.latent_sites and e.config["model"]["likelihood"] == "gaussian":
+            out.append(name)
+    return out
+
+
+def scores(post, seconds: float) -> dict:
+    return {k: float(post.metrics[k]) for k in KEEP} | {"seconds": round(seconds, 1)}
+
+
+def run_one(name: str, dataset: str, *, quick: bool) -> dict:
+    entry = load_entry(name)
+    data = load(dataset, x_scaling=entry.config["data"]["x_scaling"])
+    if quick:
+        entry, data = small(entry, data)
+    own = methods.get(entry.methods[0])
+    rec = {"entry": name, "dataset": dataset, "n_train": data.n_train, "method": own.name}
+    ref = methods.reference()
+    handoff = prerequisites(entry, data, ref, progress=False)
+    t0 = time.perf_counter()
+    post = fit(entry, data, ref.name, progress=False, inputs=handoff)
+    ref_seconds = time.perf_counter() - t0
+    h = reference_health(post.datatree, post.info)
+    rec["reference"] = scores(post, ref_seconds) | {
+        k: h.get(k) for k in ("converged", "reasons", "modes", "mode_weights", "log_evidence",
+                              "runs_rhat", "log_density_spread", "divergences")} | {
+        "rhat_max": max(h["rhat_max"].values()) if h["rhat_max"] else None,
+        "smc_seconds": post.info.smc_seconds, "particles": post.info.particles}
+    chains = split_chains(post)
+    if len(chains) > 1:  # the polishing chains as paths, stacked
+        stacked = evaluate(combine(chains, data, "stacking"), data)
+        rec["reference_chains_stacked"] = scores(stacked, ref_seconds) | {
+            "weights": list(stacked.info.path_weights)}
+    if own.name in PATHS:
+        k = PATHS[own.name]
+        for label, paths in (("single", 1), ("stacked", k)):
+            e = entry.with_overrides([f"inference.{own.name}.paths={paths}"])
+            t0 = time.perf_counter()
+            vi = fit(e, data, own.name, progress=False)
+            rec[label] = scores(vi, time.perf_counter() - t0)
+            if paths > 1:
+                rec[label].update(paths=paths, weights=list(vi.info.path_weights),
+                                  path_loo=list(vi.info.path_loo))
+    else:  # a method without paths (the local fits)
+        t0 = time.perf_counter()
+        rec["single"] = scores(fit(entry, data, own.name, progress=False), time.perf_counter() - t0)
+    return rec
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--entries", nargs="+", default=None)
+    p.add_argument("--data", nargs="+", default=["pendulum", "autompg"])
+    p.add_argument("--out", default="reports/multimodal.json")
+    p.add_argument("--resume", action="store_true", help="skip records already in --out")
+    p.add_argument("--small", action="store_true", help="the quick settings of the test suite")
+    args = p.parse_args()
+    out = Path(args.out)
+    done = json.loads(out.read_text())["records"] if args.resume and out.exists() else []
+    have = {(r["entry"], r["dataset"]) for r in done}
+    records = list(done)
+    for name in args.entries or latent_gaussian_entries():
+        for dataset in args.data:
+            if (name, dataset) in have:
+                continue
+            rec = run_one(name, dataset, quick=args.small)
+            print(json.dumps(rec), file=sys.stderr, flush=True)
+            records.append(rec)
+            write_json(out, {"machine": f"{platform.machine()} {os.cpu_count()} cpu",
+                             "small": args.small, "records": records})
+
+
+if __name__ == "__main__":
+    main()

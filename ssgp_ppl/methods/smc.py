@@ -1,0 +1,168 @@
+"""``smc``: the reference posterior. Adaptive tempered SMC runs, then NUTS chains started from their
+particles to polish and diagnose (Yao, Vehtari & Gelman 2022 on why a multimodal posterior needs
+more than NUTS from dispersed starts).
+
+Under the Gaussian likelihood s is integrated out (``collapse``): the SMC and NUTS target is
+p(hyperparameters, θ | y) with the O(n m²) marginal likelihood (Hoang et al. 2017, App. E), and
+every kept draw gets s from its exact Gaussian conditional afterwards, so the posterior has the
+same sites as the uncollapsed model's. Frequencies are non-centred. On a model with type-II
+hyperparameters the reference conditions on the entry's own estimates (empirical Bayes), as
+``nuts`` does.
+
+The posterior's draws are the polishing chains'; :class:`~ssgp_ppl.posterior.FitInfo` carries the
+SMC runs' log evidence and temperatures and the agreement of the runs on the invariant quantities,
+which :func:`ssgp_ppl.calibration.reference_health` turns into the verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from arviz_base import from_numpyro
+from numpyro import handlers
+
+from ssgp_ppl.datatree import DIMS
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.inference import reparam_for_nuts, run_nuts, site_values
+from ssgp_ppl.invariants import frequency_spread
+from ssgp_ppl.methods import common
+from ssgp_ppl.methods.base import Method, Settings, setting
+from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
+from ssgp_ppl.smc import tempered_smc_runs
+
+
+@dataclasses.dataclass(frozen=True)
+class SMCSettings(Settings):
+    particles: int = setting(int, 256, "particles of each tempered SMC run", low=2)
+    mcmc_steps: int = setting(int, 20, "HMC moves of the particles at each temperature", low=1)
+    integration_steps: int = setting(int, 8, "leapfrog steps of each HMC move", low=1)
+    target_ess: float = setting((int, float), 0.5, "fraction of the particles' effective sample "
+                                "size kept from one temperature to the next", low=0, high=1,
+                                open_low=True)
+    runs: int = setting(int, 2, "independent SMC runs; their agreement (log evidence, "
+                        "invariants) is part of the verdict", low=1)
+    chains: int = setting(int, 4, "NUTS chains started from SMC particles (polishing)", low=1)
+    warmup: int = setting(int, 200, "warm-up iterations of each polishing chain", low=1)
+    samples: int = setting(int, 500, "kept draws of each polishing chain", low=1)
+    target_accept: float = setting((int, float), 0.9, "polishing NUTS target acceptance", low=0,
+                                   high=1, open_low=True)
+    max_tree_depth: int = setting(int, 10, "polishing NUTS maximum tree depth", low=1)
+    collapse: bool = setting(bool, True, "integrate s out under the Gaussian likelihood and "
+                             "draw it from its exact conditional afterwards")
+
+
+def target_model(entry, spec, type2, collapse: bool):
+    """(model, collapsed): the model SMC and NUTS sample, s integrated out where it can be,
+    type-II sites fixed at their estimates, f hidden, Gaussian sites non-centred."""
+    learned = spec.learned_sites()
+    collapsed = spec.nuisance == "marginalized" or (
+        collapse and spec.lik.name == "gaussian" and len(spec.latent_sites()) > 1)
+    if collapsed:
+        spec = dataclasses.replace(spec, nuisance="marginalized")
+    model = entry.model(spec)
+    if learned:
+        if type2 is None:
+            raise SSGPError(f"{entry.name}: the reference conditions on type-II estimates of "
+                            f"{', '.join(learned)}; pass them (Handoff.type2) from the entry's own "
+                            "fit")
+        model = handlers.substitute(model, data={k: jnp.asarray(type2[k]) for k in learned})
+    model = handlers.block(model, hide=["f"])
+    reparam = ("nuisance",) + (("frequencies",) if spec.density == "se" else ())
+    return reparam_for_nuts(model, [r for r in reparam if r in spec.latent_sites()]), collapsed
+
+
+def _scalar_invariants(sites: dict) -> np.ndarray:
+    """(S, k) noise, signal and each input's frequency spread of flat site draws."""
+    cols = [np.asarray(sites[k]).reshape(-1, 1) for k in ("noise", "signal") if k in sites]
+    cols.append(frequency_spread(np.asarray(sites["frequencies"])))
+    return np.concatenate(cols, axis=1)
+
+
+def runs_agreement(invariant_runs: list[np.ndarray]) -> float:
+    """Max rank R-hat over the scalar invariants with each SMC run's particles as one chain
+    (1 when the runs found the same distribution; NaN for a single run)."""
+    from arviz_stats import rhat
+
+    if len(invariant_runs) < 2:
+        return float("nan")
+    n = min(len(a) for a in invariant_runs)
+    stacked = np.stack([a[:n] for a in invariant_runs])  # (runs, n, k)
+    vals = [float(rhat(stacked[..., j], method="rank")) for j in range(stacked.shape[-1])
+            if np.ptp(stacked[..., j]) > 0]
+    return max(vals) if vals else 1.0
+
+
+class SMCMethod(Method):
+    name = "smc"
+    Settings = SMCSettings
+    description = ("adaptive tempered SMC (blackjax, s integrated out), then NUTS chains from its "
+                   "particles: the reference")
+    reference = True
+    accepts = ("spectral_points",)
+
+    def check(self, entry, src: str) -> None:
+        if not entry.latent_sites:
+            raise SSGPError(f"{src}: inference.methods: 'smc' needs latent sites; this model has "
+                            "none")
+        if entry.learned_sites and entry.methods[0] == self.name:
+            learned = ", ".join(f"model.{s}" for s in entry.learned_sites)
+            raise SSGPError(f"{src}: inference.methods: 'smc' first needs priors or fixed values, "
+                            f"but these are learned: {learned} (list 'svi' or 'ml' first: the "
+                            "reference then conditions on their type-II estimates)")
+
+    def requires(self, entry) -> tuple[str, ...]:
+        return ("type2",) if entry.learned_sites else ()
+
+    def objective_label(self, entry) -> str:
+        return "posterior (tempered SMC + NUTS)"
+
+    def run(self, entry, data, *, seed=0, steps=None, progress=True, inputs=None, checkpoint=None,
+            client=None) -> Posterior:
+        s = self.settings(entry)
+        spec = common.spec_for(entry, data, inputs)
+        type2 = None if inputs is None else inputs.type2
+        model, collapsed = target_model(entry, spec, type2, s.collapse)
+        x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+        t0 = time.perf_counter()
+        runs = tempered_smc_runs(model, x, y, runs=s.runs, particles=s.particles,
+                                 mcmc_steps=s.mcmc_steps, integration_steps=s.integration_steps,
+                                 target_ess=s.target_ess, seed=seed)
+        smc_seconds = time.perf_counter() - t0
+        inv = [_scalar_invariants(site_values(model, {}, {k: jnp.asarray(v) for k, v in
+                                                           r.samples.items()}, x[:1]))
+               for r in runs]
+        # polishing chains start at distinct particles drawn uniformly from all runs
+        pooled = np.concatenate([r.positions for r in runs])
+        pick = np.random.default_rng(seed).choice(len(pooled), s.chains, replace=False) \
+            if s.chains <= len(pooled) else np.arange(s.chains) % len(pooled)
+        starts = jax.vmap(runs[0].unravel)(jnp.asarray(pooled[pick]))
+        mcmc = run_nuts(model, x, y, warmup=s.warmup, samples=s.samples if steps is None else steps,
+                        chains=s.chains, seed=seed, target_accept=s.target_accept,
+                        max_tree_depth=s.max_tree_depth, progress=progress, init_params=starts)
+        sites = site_values(model, {}, mcmc.get_samples(), x[:1])
+        if collapsed:  # s from its exact conditional given each draw
+            sites = common.with_nuisance(sites, x, y, seed)
+        jax.block_until_ready(sites)
+        fit_seconds = time.perf_counter() - t0
+        partitions = common.partitions_for(entry, data, inputs, seed)
+        info = FitInfo(fit_seconds=fit_seconds, partitions=None if partitions is None else
+                       partitions.count,
+                       divergences=int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum()),
+                       log_evidence=tuple(r.log_evidence for r in runs),
+                       temperatures=tuple(r.temperatures for r in runs),
+                       smc_seconds=smc_seconds, particles=s.particles, collapsed=collapsed,
+                       runs_rhat=runs_agreement(inv))
+        stats = from_numpyro(mcmc, dims=DIMS, log_likelihood=False)["sample_stats"].to_dataset()
+        learned = spec.learned_sites()
+        kept = None if not learned else {k: np.asarray(type2[k]) for k in learned}
+        return Posterior(entry, self.name, data.name, common.by_chain(sites, s.chains),
+                         common.site_rule(entry, sites, data, partitions), data.x_scaler,
+                         data.y_scaler, info, handoff=Handoff(type2=kept, partitions=partitions),
+                         sample_stats=stats)
+
+
+SMC = SMCMethod()

@@ -1,0 +1,239 @@
+"""Multi-path inference: K runs of one method from dispersed starts, combined into one Posterior.
+
+A multimodal posterior traps each run (a VI fit, a NUTS chain) in one mode. K paths start from K
+lengthscales and K sets of spectral points (:func:`path_entry`: the frequencies' starting values
+of the free parameterisation; the fixed spectral set of the scaled one, as Tan et al. 2016, §7
+restarts over ten sets), and are combined (Yao, Vehtari & Gelman 2022):
+
+* ``stacking``: weights on the simplex maximising the leave-one-out log score of the mixture
+  (:func:`ssgp_ppl.stacking.stacking_weights`); each path's LOO predictive p(yᵢ | y₋ᵢ, path) is the
+  closed-form Gaussian one with s integrated out given θ (:func:`ssgp_ppl.predictive.loo_predictive`,
+  O(n m²) per draw), averaged over the path's draws of θ;
+* ``posterior``: weights ∝ exp(−final loss) of each path (its ELBO: the paths' evidence bounds);
+* ``best``: all weight on the path with the best LOO log score.
+
+The combined Posterior is the weighted mixture of the paths' draws: path k contributes a number
+of draws proportional to its weight (its draws cycled where it needs more than it has), so every
+downstream quantity (predict, scores, DataTree, invariants) is the mixture's. Its FitInfo carries
+the weights, each path's LOO score and objective; the DataTree's posterior has a ``path``
+coordinate along ``draw``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+from numpyro.infer import Predictive
+from numpyro.infer.util import log_density
+from scipy.special import logsumexp
+
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.methods import common
+from ssgp_ppl.posterior import Handoff, Posterior
+from ssgp_ppl.predictive import SiteRule, StackedRule, loo_predictive
+from ssgp_ppl.stacking import COMBINE, stacking_weights
+
+MIXTURE_DRAWS = 1000  # draws of the combined posterior: weights resolved to 1/1000
+SCREEN_DRAWS = 4096  # prior draws screened for the starts of a Gaussian entry's paths
+
+
+def path_entry(entry, k: int):
+    """Path k's entry: the entry itself for k = 0; otherwise fresh spectral points (seed
+    ``spectral_seed + k``) and a lengthscale start ℓ₀ · 2^(±⌈k/2⌉) (1/ℓ₀ for the inverse
+    lengthscales of the scaled parameterisation): 2, 1/2, 4, 1/4, … times the entry's own."""
+    if k == 0:
+        return entry
+    mc = entry.config["model"]
+    factor = 2.0 ** ((k + 1) // 2 * (1 if k % 2 else -1))
+    scaled = mc["parameterization"] == "scaled"
+    name = "inverse_lengthscales" if scaled else "lengthscales"
+    start = mc[name]["init"] / factor if scaled else mc[name]["init"] * factor
+    return entry.with_overrides([f"model.spectral_seed={mc['spectral_seed'] + k}",
+                                 f"model.{name}.init={start!r}"])
+
+
+def screened_starts(entry, data, count: int, *, seed: int = 0, draws: int = SCREEN_DRAWS,
+                    type2: dict | None = None) -> list[dict]:
+    """The ``count`` best of ``draws`` prior draws of the hyperparameters and frequencies, ranked
+    by the log joint density with s integrated out (Gaussian likelihood): starts in regions of
+    high posterior mass, far more dispersed than gradient steps from one start reach. Type-II
+    sites stay at ``type2`` (else their initial values). Returns constrained site values."""
+    spec = dataclasses.replace(entry.spec(data.n_features), nuisance="marginalized")
+    model = entry.model(spec)
+    if spec.learned_sites() and type2 is not None:
+        model = handlers.substitute(model, data={k: jnp.asarray(type2[k])
+                                                 for k in spec.learned_sites()})
+    names = list(spec.latent_sites())
+    x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+    hidden = handlers.block(model, hide_fn=lambda site: site.get("is_observed", False))
+    prior = Predictive(hidden, num_samples=draws, return_sites=names)(
+        jax.random.PRNGKey(seed + 4099), x, y)
+
+    @jax.jit
+    def joint(sites):
+        return jax.lax.map(lambda d: log_density(model, (x, y), {}, d)[0], sites, batch_size=64)
+
+    lj = np.asarray(joint(prior))
+    lj = np.where(np.isfinite(lj), lj, -np.inf)
+    best = np.argsort(-lj)[:count]
+    return [{k: np.asarray(v[i]) for k, v in prior.items()} for i in best]
+
+
+def dispersed_starts(entry, data, count: int, *, seed: int = 0,
+                     inputs: Handoff) -> list[tuple]:
+    """(entry, Handoff) of each of ``count`` paths: path 0 is the entry's own start (with the
+    points handed over); the others start at :func:`screened_starts` (Gaussian likelihood) or
+    at :func:`path_entry`'s spread lengthscales and spectral points."""
+    out = [(entry, inputs)]
+    if count < 2:
+        return out
+    if entry.config["model"]["likelihood"] == "gaussian":
+        starts = screened_starts(entry, data, count - 1, seed=seed, type2=inputs.type2)
+        return out + [(entry, dataclasses.replace(inputs, spectral_points=None, start=s))
+                      for s in starts]
+    return out + [(path_entry(entry, k), dataclasses.replace(inputs, spectral_points=None))
+                  for k in range(1, count)]
+
+
+def loo_log_density(post: Posterior, data) -> np.ndarray:
+    """(n,) log p(yᵢ | y₋ᵢ, path): the closed-form LOO predictive given each of the path's draws
+    of θ, σ_s, σ_n (s integrated out), averaged over the draws (standardised units)."""
+    sites = post.flat_sites
+    if "frequencies" not in sites or "signal" not in sites or "noise" not in sites:
+        raise SSGPError(f"{post.model}: stacking needs draws of the frequencies, signal and noise")
+    x = jnp.asarray(data.x_train)
+    y = jnp.asarray(data.y_train) - post.y_centre
+
+    @jax.jit
+    def run(freq, signal, noise):
+        return jax.lax.map(lambda a: loo_predictive(x, y, *a)[2], (freq, signal, noise),
+                           batch_size=8)
+
+    lp = np.asarray(run(jnp.asarray(sites["frequencies"]), jnp.asarray(sites["signal"]),
+                        jnp.asarray(sites["noise"])), np.float64)  # (S, n)
+    return logsumexp(lp, axis=0) - np.log(lp.shape[0])
+
+
+def final_loss(post: Posterior) -> float:
+    """The path's final objective (mean of its last 10% of losses; +inf without a trace)."""
+    if post.losses is None or len(post.losses) == 0:
+        return float("inf")
+    tail = np.asarray(post.losses)[-max(1, len(post.losses) // 10):]
+    return float(np.mean(tail[np.isfinite(tail)])) if np.isfinite(tail).any() else float("inf")
+
+
+def weights_of(how: str, loo: np.ndarray, losses: np.ndarray) -> np.ndarray:
+    """Path weights (K,) from the (n, K) LOO log densities and the (K,) final losses."""
+    if how == "stacking":
+        return stacking_weights(loo).weights
+    if how == "best":
+        w = np.zeros(loo.shape[1])
+        w[int(np.argmax(loo.sum(axis=0)))] = 1.0
+        return w
+    if how == "posterior":
+        if not np.isfinite(losses).any():
+            raise SSGPError("combine = 'posterior' needs each path's final objective (a loss "
+                            "trace); this method has none")
+        lw = -np.where(np.isfinite(losses), losses, np.inf)
+        return np.exp(lw - logsumexp(lw))
+    raise SSGPError(f"unknown combine {how!r}; known: {', '.join(COMBINE)}")
+
+
+def allocate(weights: np.ndarray, total: int = MIXTURE_DRAWS) -> np.ndarray:
+    """Integer draw counts (K,) summing to ``total`` proportional to ``weights`` (largest
+    remainders)."""
+    raw = np.asarray(weights, np.float64) * total
+    counts = np.floor(raw).astype(int)
+    counts[np.argsort(-(raw - counts))[: total - counts.sum()]] += 1
+    return counts
+
+
+def combine(paths: list[Posterior], data, how: str, *, seconds: float | None = None) -> Posterior:
+    """The K paths' mixture (see the module docstring) as one Posterior."""
+    if not paths:
+        raise SSGPError("combine needs at least one path")
+    first = paths[0]
+    loo = np.stack([loo_log_density(p, data) for p in paths], axis=1)  # (n, K)
+    losses = np.array([final_loss(p) for p in paths])
+    w = weights_of(how, loo, losses)
+    counts = allocate(w)
+    flats = [p.flat_sites for p in paths]
+    idx = [np.resize(np.arange(len(next(iter(f.values())))), c) for f, c in zip(flats, counts,
+                                                                                 strict=True)]
+    sites = {k: np.concatenate([f[k][i] for f, i in zip(flats, idx, strict=True)])
+             for k in flats[0]}
+    path_of_draw = np.concatenate([np.full(c, k) for k, c in enumerate(counts)])
+    score = float(logsumexp(loo + np.log(np.maximum(w, 1e-300)), axis=1).sum())
+    info = dataclasses.replace(
+        first.info, fit_seconds=sum(p.info.fit_seconds for p in paths) if seconds is None
+        else seconds, loo_seconds=sum(p.info.loo_seconds for p in paths),
+        paths=len(paths), combine=how, path_weights=tuple(float(v) for v in w),
+        path_loo=tuple(float(v) for v in loo.sum(axis=0)),
+        path_objective=tuple(float(v) for v in losses), stacked_loo=score)
+    if all(isinstance(p.rule, SiteRule) for p in paths):  # one rule over the mixture's draws
+        rule_sites = {k: np.concatenate([np.asarray(p.rule.sites[k])[i] for p, i in
+                                         zip(paths, idx, strict=True)]) for k in first.rule.sites}
+        rule = dataclasses.replace(first.rule, sites={k: jnp.asarray(v) for k, v in
+                                                      rule_sites.items()})
+    else:  # closed-form predictives (NCVMP): their mixture
+        rule = StackedRule(tuple(p.rule for p in paths), tuple(int(c) for c in counts))
+    return Posterior(first.entry, first.method, first.dataset, common.by_chain(sites, 1), rule,
+                     first.x_scaler, first.y_scaler, info, losses=first.losses,
+                     y_centre=first.y_centre, handoff=first.handoff, path_of_draw=path_of_draw,
+                     params=None)
+
+
+def split_chains(post: Posterior) -> list[Posterior]:
+    """Each chain of a sampler's posterior as a path of its own (to stack chains that sit in
+    different modes, Yao, Vehtari & Gelman 2022); the posterior itself when it has one chain or
+    a closed-form rule."""
+    if not isinstance(post.rule, SiteRule) or post.chains < 2:
+        return [post]
+    chains = post.chains
+    out = []
+    for c in range(chains):
+        rule_sites = {k: jnp.reshape(v, (chains, -1) + tuple(v.shape[1:]))[c]
+                      for k, v in post.rule.sites.items()}
+        out.append(post.replace(sites={k: v[c:c + 1] for k, v in post.sites.items()},
+                                rule=dataclasses.replace(post.rule, sites=rule_sites),
+                                sample_stats=None, log_p=None, log_q=None, test=None,
+                                metrics=None, datatree=None))
+    return out
+
+
+def path_checkpoint(checkpoint, k: int):
+    """Path k's own checkpoint file next to ``checkpoint`` (its fingerprint names the path)."""
+    if checkpoint is None:
+        return None
+    p = checkpoint.path
+    path = p.with_name(f"{p.stem}-path{k}{p.suffix}")
+    fp = None if checkpoint.fingerprint is None else {**checkpoint.fingerprint, "path": k}
+    return checkpoint._replace(path=path, fingerprint=fp,
+                               resume=checkpoint.resume and path.exists())
+
+
+def run(method, entry, data, *, paths: int, how: str, seed: int = 0, steps=None,
+        progress: bool = True, inputs: Handoff | None = None, checkpoint=None,
+        client=None) -> Posterior:
+    """``paths`` runs of ``method`` from the starts of :func:`path_entry`,
+    combined by ``how``. With a checkpoint each path saves its own (``<stem>-path<k>``); a path
+    interrupted by Ctrl-C ends the run with the paths so far, marked interrupted."""
+    t0 = time.perf_counter()
+    runs = []
+    for k, (path, given) in enumerate(method.path_starts(entry, data, paths, seed=seed,
+                                                         inputs=inputs or Handoff())):
+        runs.append(method.run(path, data, seed=seed + k, steps=steps, progress=progress,
+                               inputs=given, checkpoint=path_checkpoint(checkpoint, k),
+                               client=client))
+        if runs[-1].info.interrupted:
+            break
+    post = combine(runs, data, how, seconds=time.perf_counter() - t0)
+    if runs[-1].info.interrupted:
+        post = post.replace(info=dataclasses.replace(post.info, interrupted=True,
+                                                     steps=runs[-1].info.steps))
+    return post.replace(path_posteriors=tuple(runs))
