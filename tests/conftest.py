@@ -89,3 +89,9 @@ def pendulum():
     """The bundled pendulum data set (standardised on its training split), loaded once."""
     return datasets.load("pendulum")
 
+
+@pytest.fixture(scope="session")
+def pendulum_minmax():
+    """Pendulum with inputs scaled to [−1, 1] (the Tan et al. 2016 entries' x_scaling)."""
+    return datasets.load("pendulum", x_scaling="minmax")
+
