@@ -42,7 +42,33 @@ def step_time() -> str:
     return "\n".join([head, *lines])
 
 
-BLOCKS = {"catalog_metrics": catalog_metrics, "step_time": step_time}
+def multimodal() -> str:
+    """reports/multimodal.json (benchmarks/multimodal.py) as a Markdown table."""
+    doc = json.loads((ROOT / "reports" / "multimodal.json").read_text())
+    head = ("| entry | data | reference s | verdict | modes | log evidence (2 runs) | reference "
+            "NMSE / MNLP | chains stacked | single VI | stacked VI (K) | VI s (single / stacked) |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+
+    def pair(d):
+        return f"{d['nmse']:.3f} / {d['mnlp']:.3f}" if d else "–"
+
+    lines = []
+    for r in doc["records"]:
+        ref = r["reference"]
+        verdict = "converged" if ref["converged"] else "NOT CONVERGED: " + "; ".join(
+            ref["reasons"])
+        stacked = r.get("stacked")
+        lz = ", ".join(f"{v:.1f}" for v in ref["log_evidence"])
+        vi_s = f"{r['single']['seconds']:.0f}" + (f" / {stacked['seconds']:.0f}" if stacked else "")
+        k = f" ({stacked['paths']})" if stacked else ""
+        lines.append(
+            f"| `{r['entry']}` | {r['dataset']} | {ref['seconds']:.0f} | {verdict} | "
+            f"{ref['modes']} | {lz} | {pair(ref)} | {pair(r.get('reference_chains_stacked'))} | "
+            f"{pair(r['single'])} | {pair(stacked)}{k} | {vi_s} |")
+    return "\n".join([head, *lines])
+
+
+BLOCKS = {"catalog_metrics": catalog_metrics, "step_time": step_time, "multimodal": multimodal}
 
 
 def render(text: str) -> str:

@@ -259,7 +259,9 @@ def cmd_fit(args) -> int:
         write_json(out / "run.json", {k: getattr(args, k) for k in RUN_ARGS})
     checkpoint = None
     if m.checkpoints:  # with --checkpoint-every 0: saved only at the end or on Ctrl-C
-        resume = bool(args.resume) and (out / "checkpoint.npz").exists()
+        # a multi-path fit keeps one checkpoint per path (checkpoint-path<k>.npz)
+        resume = bool(args.resume) and ((out / "checkpoint.npz").exists()
+                                        or any(out.glob("checkpoint-path*.npz")))
         if args.resume and not resume:
             print(f"ssgp-ppl: no checkpoint in {out} (stopped before training began): "
                   "starting from step 0", file=sys.stderr)

@@ -289,6 +289,84 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
                      seconds, first_chunk, halt and done < steps and not converged)
 
 
+def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedule, *, loss=None,
+                  batching: Batching | None = None, seeds: list[int], progress: bool = True,
+                  desc: str = "svi paths") -> list[SVIResult]:
+    """K runs of :func:`run_svi` vectorised in one jit (``vmap`` over the paths inside each
+    chunk's ``scan``): path k is ``pairs[k]`` = (model, guide), initialised by its own guide (its
+    start) with the key stream of ``seeds[k]``; every path then takes the same update, so the
+    models and guides must differ only in their starting values. A path that meets the stop rule
+    is frozen (its later steps are masked out), so each path's result is the one of its own run.
+    Single process, no checkpoint (use :func:`run_svi` path by path for those)."""
+    steps, chunk = schedule.steps, schedule.chunk
+    if steps < 1:
+        raise SSGPError(f"steps must be >= 1, got {steps}")
+    bs, partitions, per_step = batching or Batching()
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step)
+    opt = optimizer(schedule.lr, schedule.lr_halflife)
+    loss = Trace_ELBO() if loss is None else loss
+    states, keys, svis = [], [], []
+    for (model, guide), seed in zip(pairs, seeds, strict=True):
+        key_init, key_batch = jax.random.split(jax.random.PRNGKey(seed))
+        xb, yb, kw = draw(key_batch, x, y, aux)
+        svis.append(SVI(model, guide, opt, loss))
+        states.append(svis[-1].init(key_init, xb, yb, **kw))
+        keys.append(key_batch)
+    svi = svis[0]  # its update (set up by its init) serves every path
+    state = jax.tree.map(lambda *a: jnp.stack(a), *states)
+    key = jnp.stack(keys)
+
+    def one(st, k, active, x, y, aux, length):
+        def body(carry, _):
+            st, k = carry
+            k, sub = jax.random.split(k)
+            xb, yb, kw = draw(sub, x, y, aux)
+            new, value = svi.update(st, xb, yb, **kw)
+            return (jax.tree.map(lambda a, b: jnp.where(active, a, b), new, st), k), value
+
+        (st, k), losses = jax.lax.scan(body, (st, k), None, length=length)
+        return st, k, losses
+
+    @jax.jit
+    def run_chunk(st, k, active, x, y, aux, length_marker):
+        length = length_marker.shape[0]
+        return jax.vmap(lambda s_, k_, a_: one(s_, k_, a_, x, y, aux, length))(st, k, active)
+
+    n = len(pairs)
+    losses: list[list[np.ndarray]] = [[] for _ in range(n)]
+    convs = [_Convergence(schedule) for _ in range(n)]
+    done, converged = np.zeros(n, int), np.zeros(n, bool)
+    first_chunk = (0, 0.0)
+    start = time.perf_counter()
+    with tqdm(total=steps, desc=desc, disable=not progress, leave=False, mininterval=0.5) as bar:
+        while np.any(~converged & (done < steps)):
+            active = ~converged & (done < steps)
+            length = int(min(chunk, steps - done[active].min()))
+            t_chunk = time.perf_counter()
+            state, key, chunk_losses = run_chunk(state, key, jnp.asarray(active), x, y, aux,
+                                                 jnp.zeros(length))
+            chunk_losses = np.asarray(chunk_losses)
+            if first_chunk == (0, 0.0):
+                first_chunk = (length, time.perf_counter() - t_chunk)
+            for i in np.flatnonzero(active):
+                if not np.all(np.isfinite(chunk_losses[i])):
+                    bad = int(np.argmin(np.isfinite(chunk_losses[i])))
+                    raise SSGPError(f"path {i}: loss became NaN/inf at step {done[i] + bad + 1} "
+                                    "(try a smaller learning rate or --x64)")
+                losses[i].append(chunk_losses[i])
+                done[i] += length
+                converged[i] = convs[i].add(chunk_losses[i], int(done[i]))
+            bar.update(int(done.min()) - bar.n)
+    seconds = time.perf_counter() - start
+    out = []
+    for i in range(n):
+        params = svi.get_params(jax.tree.map(lambda a, i=i: a[i], state))
+        out.append(SVIResult(jax.tree.map(jnp.asarray, params), np.concatenate(losses[i]),
+                             int(done[i]), bool(converged[i]), seconds, first_chunk))
+    return out
+
+
 def guide_draws(guide: Callable, params: dict, x, y, *, num_samples: int, seed: int = 1, **kw):
     """``num_samples`` draws of the guide's latent sites, dict of (S, ...) arrays."""
     pred = Predictive(guide, params=params, num_samples=num_samples)

@@ -224,14 +224,9 @@ def run(method, entry, data, *, paths: int, how: str, seed: int = 0, steps=None,
     combined by ``how``. With a checkpoint each path saves its own (``<stem>-path<k>``); a path
     interrupted by Ctrl-C ends the run with the paths so far, marked interrupted."""
     t0 = time.perf_counter()
-    runs = []
-    for k, (path, given) in enumerate(method.path_starts(entry, data, paths, seed=seed,
-                                                         inputs=inputs or Handoff())):
-        runs.append(method.run(path, data, seed=seed + k, steps=steps, progress=progress,
-                               inputs=given, checkpoint=path_checkpoint(checkpoint, k),
-                               client=client))
-        if runs[-1].info.interrupted:
-            break
+    starts = method.path_starts(entry, data, paths, seed=seed, inputs=inputs or Handoff())
+    runs = method.run_paths(starts, data, seed=seed, steps=steps, progress=progress,
+                            checkpoint=checkpoint, client=client)
     post = combine(runs, data, how, seconds=time.perf_counter() - t0)
     if runs[-1].info.interrupted:
         post = post.replace(info=dataclasses.replace(post.info, interrupted=True,

@@ -74,3 +74,18 @@ def test_multi_path_ncvmp_is_the_weighted_mixture(small_rows, tmp_path):
     np.testing.assert_allclose(post.predict(x).mean, counts @ means / counts.sum(), rtol=1e-6)
     back = load_posterior(post.save(tmp_path / "ncvmp.nc"))
     np.testing.assert_allclose(back.predict(x).var, post.predict(x).var, rtol=1e-6)
+
+
+def test_each_path_checkpoints_on_its_own(tmp_path):
+    """Path k saves to checkpoint-path<k>.npz with the path in its fingerprint; on resume only the
+    paths that saved one resume (the others start from step 0)."""
+    from ssgp_ppl.checkpoint import Checkpoint
+    from ssgp_ppl.paths import path_checkpoint
+
+    ck = Checkpoint(tmp_path / "checkpoint.npz", every=10, fingerprint={"seed": 1}, resume=True)
+    (tmp_path / "checkpoint-path0.npz").write_bytes(b"")
+    first, second = path_checkpoint(ck, 0), path_checkpoint(ck, 1)
+    assert first.path.name == "checkpoint-path0.npz" and first.resume
+    assert second.path.name == "checkpoint-path1.npz" and not second.resume
+    assert first.fingerprint == {"seed": 1, "path": 0} and second.fingerprint["path"] == 1
+    assert path_checkpoint(None, 3) is None

@@ -37,8 +37,8 @@ def test_ci_runs_the_readme_test_command():
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(),
                     reason="needs a git checkout to clone")
 @pytest.mark.skipif(os.environ.get("SSGP_PPL_README_JOB") != "1",
-                    reason="3 minutes (a fresh install and a VI-vs-NUTS run): SSGP_PPL_README_JOB=1 "
-                    "runs it; it is run from a fresh clone before each release")
+                    reason="4 minutes (a fresh install, stacked VI and the reference): "
+                    "SSGP_PPL_README_JOB=1 runs it; it is run from a fresh clone before each release")
 def test_main_job_from_a_fresh_clone(tmp_path):
     """Clone HEAD, run the main-job command verbatim, check the report it writes."""
     clone = tmp_path / "clone"
@@ -56,6 +56,8 @@ def test_main_job_from_a_fresh_clone(tmp_path):
     assert report.exists() and "data:image/png;base64," in report.read_text()
     comp = json.loads((clone / out / "comparison.json").read_text())
     methods = [m["method"] for m in comp["methods"]]
-    assert "nuts" in methods and len(methods) >= 2
+    assert methods == ["svi-one-path", "svi", "smc"]  # single VI, stacked VI, the reference
     for m in comp["methods"]:
         assert 0 < m["nmse"] < 1, m
+    ref = comp["methods"][-1]["reference"]
+    assert ref["converged"] == (not ref["reasons"])

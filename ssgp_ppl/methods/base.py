@@ -79,6 +79,23 @@ class Method:
         combine (:mod:`ssgp_ppl.paths`); one run unless the method has ``paths`` settings."""
         return 1, "stacking"
 
+    def run_paths(self, starts: list[tuple], data: Dataset, *, seed: int = 0,
+                  steps: int | None = None, progress: bool = True, checkpoint=None,
+                  client=None) -> list[Posterior]:
+        """One :meth:`run` per (entry, Handoff) of ``starts`` (seeds ``seed + k``; path k's own
+        checkpoint, :func:`ssgp_ppl.paths.path_checkpoint`); stops after a path interrupted by
+        Ctrl-C. A method may run its paths together (``svi``: vectorised in one jit)."""
+        from ssgp_ppl.paths import path_checkpoint
+
+        out = []
+        for k, (entry, given) in enumerate(starts):
+            out.append(self.run(entry, data, seed=seed + k, steps=steps, progress=progress,
+                                inputs=given, checkpoint=path_checkpoint(checkpoint, k),
+                                client=client))
+            if out[-1].info.interrupted:
+                break
+        return out
+
     def path_starts(self, entry: CatalogEntry, data: Dataset, count: int, *, seed: int = 0,
                     inputs: Handoff) -> list[tuple]:
         """(entry, Handoff) where each of ``count`` paths of a multi-path fit starts

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
 from numpyro.infer import Trace_ELBO
 
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import PSI, known_guides, make_guide
-from ssgp_ppl.inference import Batching, Schedule, reparam_for_nuts, run_svi
+from ssgp_ppl.inference import Batching, Schedule, reparam_for_nuts, run_svi, run_svi_paths
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
 from ssgp_ppl.objectives import GRADIENTS, OBJECTIVES, make_objective
@@ -106,8 +107,8 @@ class SVIMethod(Method):
     def guide_label(self, entry) -> str:
         return self.settings(entry).guide
 
-    def run(self, entry, data, *, seed=0, steps=None, progress=True, inputs=None, checkpoint=None,
-            client=None) -> Posterior:
+    def _setup(self, entry, data, inputs, seed):
+        """(settings, spec, model, guide, loss, batching, partitions) of one fit."""
         s = self.settings(entry)
         spec = common.spec_for(entry, data, inputs)
         if not spec.latent_sites():
@@ -122,11 +123,43 @@ class SVIMethod(Method):
         per = entry.config["partitions"]["per_step"]
         per_step = min(per, partitions.count) if per else 0
         batching = Batching(s.batch_size or None, partitions if per_step else None, max(per_step, 1))
+        loss = objective or Trace_ELBO(num_particles=s.num_particles)
+        return s, spec, model, guide, loss, batching, partitions
+
+    def run_paths(self, starts, data, *, seed=0, steps=None, progress=True, checkpoint=None,
+                  client=None) -> list[Posterior]:
+        """The paths vectorised in one jit (:func:`~ssgp_ppl.inference.run_svi_paths`) where they
+        differ only in their starts (free frequencies, or the same spectral points) and no
+        checkpoint is asked for; path by path otherwise."""
+        setups = [self._setup(e, data, h, seed) for e, h in starts]
+        specs = [st[1] for st in setups]
+        same = all(sp.parameterization == "free" and sp.frequencies == "prior" for sp in specs) or \
+            all(np.array_equal(sp.spectral_points, specs[0].spectral_points) for sp in specs)
+        if checkpoint is not None or not same or len(starts) < 2:
+            return super().run_paths(starts, data, seed=seed, steps=steps, progress=progress,
+                                     checkpoint=checkpoint, client=client)
+        s, _, _, _, loss, batching, partitions = setups[0]
+        t0 = time.perf_counter()
+        results = run_svi_paths([(st[2], st[3]) for st in setups], data.x_train, data.y_train,
+                                s.schedule(steps), loss=loss, batching=batching,
+                                seeds=[seed + k for k in range(len(starts))], progress=progress,
+                                desc=f"{starts[0][0].name}:svi paths")
+        per_path = (time.perf_counter() - t0) / len(starts)
+        return [self._finish(e, data, st, res, seed + k, time.perf_counter() - per_path)
+                for k, ((e, _), st, res) in enumerate(zip(starts, setups, results, strict=True))]
+
+    def run(self, entry, data, *, seed=0, steps=None, progress=True, inputs=None, checkpoint=None,
+            client=None) -> Posterior:
+        setup = self._setup(entry, data, inputs, seed)
+        s, spec, model, guide, loss, batching, partitions = setup
         t0 = time.perf_counter()
         res = run_svi(model, guide, data.x_train, data.y_train, s.schedule(steps),
-                      loss=objective or Trace_ELBO(num_particles=s.num_particles),
-                      batching=batching, seed=seed, progress=progress, desc=f"{entry.name}:svi",
-                      checkpoint=checkpoint)
+                      loss=loss, batching=batching, seed=seed, progress=progress,
+                      desc=f"{entry.name}:svi", checkpoint=checkpoint)
+        return self._finish(entry, data, setup, res, seed, t0)
+
+    def _finish(self, entry, data, setup, res, seed, t0) -> Posterior:
+        s, spec, model, guide, _, _, partitions = setup
         num = entry.config["predictive"]["samples"]
         # densities for PSIS-LOO where a pointwise log-likelihood will exist
         # (s is drawn from its exact conditional where the model integrates it out: log p(θ, y) /
