@@ -8,7 +8,8 @@ seconds, weights). Records are written after each entry (atomically), ``--resume
 already in the file.
 
 Usage: python benchmarks/multimodal.py [--entries ...] [--data pendulum autompg]
-       [--out reports/multimodal.json] [--resume] [--small]
+       [--out reports/multimodal.json] [--resume] [--small] [--set smc.particles=512 ...]
+       [--reference-only]
 """
 
 from __future__ import annotations
@@ -50,13 +51,14 @@ def scores(post, seconds: float) -> dict:
     return {k: float(post.metrics[k]) for k in KEEP} | {"seconds": round(seconds, 1)}
 
 
-def run_one(name: str, dataset: str, *, quick: bool) -> dict:
-    entry = load_entry(name)
+def run_one(name: str, dataset: str, *, quick: bool, sets: list[str], vi: bool = True) -> dict:
+    entry = load_entry(name).with_overrides(sets) if sets else load_entry(name)
     data = load(dataset, x_scaling=entry.config["data"]["x_scaling"])
     if quick:
         entry, data = small(entry, data)
     own = methods.get(entry.methods[0])
-    rec = {"entry": name, "dataset": dataset, "n_train": data.n_train, "method": own.name}
+    rec = {"entry": name, "dataset": dataset, "n_train": data.n_train, "method": own.name,
+           "settings": sets}
     ref = methods.reference()
     handoff = prerequisites(entry, data, ref, progress=False)
     t0 = time.perf_counter()
@@ -73,6 +75,8 @@ def run_one(name: str, dataset: str, *, quick: bool) -> dict:
         stacked = evaluate(combine(chains, data, "stacking"), data)
         rec["reference_chains_stacked"] = scores(stacked, ref_seconds) | {
             "weights": list(stacked.info.path_weights)}
+    if not vi:
+        return rec
     if own.name in PATHS:
         k = PATHS[own.name]
         for label, paths in (("single", 1), ("stacked", k)):
@@ -96,6 +100,9 @@ def main() -> None:
     p.add_argument("--out", default="reports/multimodal.json")
     p.add_argument("--resume", action="store_true", help="skip records already in --out")
     p.add_argument("--small", action="store_true", help="the quick settings of the test suite")
+    p.add_argument("--set", nargs="+", default=[], dest="sets", metavar="KEY=VALUE",
+                   help="catalog overrides for every entry (e.g. smc.particles=512)")
+    p.add_argument("--reference-only", action="store_true", help="skip the VI fits")
     args = p.parse_args()
     out = Path(args.out)
     done = json.loads(out.read_text())["records"] if args.resume and out.exists() else []
@@ -105,7 +112,8 @@ def main() -> None:
         for dataset in args.data:
             if (name, dataset) in have:
                 continue
-            rec = run_one(name, dataset, quick=args.small)
+            rec = run_one(name, dataset, quick=args.small, sets=args.sets,
+                          vi=not args.reference_only)
             print(json.dumps(rec), file=sys.stderr, flush=True)
             records.append(rec)
             write_json(out, {"machine": f"{platform.machine()} {os.cpu_count()} cpu",

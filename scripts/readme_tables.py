@@ -54,6 +54,8 @@ def multimodal() -> str:
 
     lines = []
     for r in doc["records"]:
+        if "single" not in r:  # a reference-only record (--reference-only)
+            continue
         ref = r["reference"]
         verdict = "converged" if ref["converged"] else "NOT CONVERGED: " + "; ".join(
             ref["reasons"])

@@ -151,7 +151,7 @@ def reference_health(dt: xr.DataTree, info) -> dict:
     out["mode_weights"] = [float(c) / len(out["chain_mode"]) for c in counts]
     out["mode_log_density"] = [float(chain_lp[np.asarray(out["chain_mode"]) == k].mean())
                                for k in range(out["modes"])]
-    reasons = []
+    reasons = [] if out["rhat_max"] else ["no invariant quantity varies across the draws"]
     if out["rhat_max"]:
         q, r = max(out["rhat_max"].items(), key=lambda kv: np.nan_to_num(kv[1], nan=np.inf))
         if not r < 1.01:

@@ -45,8 +45,9 @@ LOO_MIN_DRAWS = 100
 
 def train_draws(sites: dict, x, y, seed: int, lik=None):
     """Per draw: log N(y_i | φ(x_i)ᵀs, σ_n²) and a replicate y_rep_i ~ N(φ(x_i)ᵀs, σ_n²), (S, n)
-    each (the log_likelihood and posterior_predictive groups). (None, None) when s was integrated
-    out (the likelihood does not factorise over rows) or when S × n exceeds LOGLIK_MAX_VALUES
+    each (the log_likelihood and posterior_predictive groups). (None, None) when the draws have no
+    s (a type-II fit; collapsed fits draw s from its conditional afterwards) or when S × n exceeds
+    LOGLIK_MAX_VALUES
     (AIRLINE-sized data: LOO is not the tool there)."""
     if "nuisance" not in sites or sites["signal"].shape[0] * x.shape[0] > LOGLIK_MAX_VALUES:
         return None, None

@@ -1,9 +1,9 @@
 """Multi-path inference: K runs of one method from dispersed starts, combined into one Posterior.
 
-A multimodal posterior traps each run (a VI fit, a NUTS chain) in one mode. K paths start from K
-lengthscales and K sets of spectral points (:func:`path_entry`: the frequencies' starting values
-of the free parameterisation; the fixed spectral set of the scaled one, as Tan et al. 2016, §7
-restarts over ten sets), and are combined (Yao, Vehtari & Gelman 2022):
+A multimodal posterior traps each run (a VI fit, a NUTS chain) in one mode. K paths start apart —
+path 0 at the entry's own start, the others at the best of SCREEN_DRAWS prior draws by the log
+joint with s integrated out (:func:`screened_starts`); NCVMP's paths fit Tan et al. 2016, §7's
+candidate spectral sets, each to convergence — and are combined (Yao, Vehtari & Gelman 2022):
 
 * ``stacking``: weights on the simplex maximising the leave-one-out log score of the mixture
   (:func:`ssgp_ppl.stacking.stacking_weights`); each path's LOO predictive p(yᵢ | y₋ᵢ, path) is the
@@ -40,21 +40,13 @@ from ssgp_ppl.stacking import COMBINE, stacking_weights
 
 MIXTURE_DRAWS = 1000  # draws of the combined posterior: weights resolved to 1/1000
 SCREEN_DRAWS = 4096  # prior draws screened for the starts of a Gaussian entry's paths
+PATH_SEED_STRIDE = 7919  # path k runs with seed + 7919 k
 
 
-def path_entry(entry, k: int):
-    """Path k's entry: the entry itself for k = 0; otherwise fresh spectral points (seed
-    ``spectral_seed + k``) and a lengthscale start ℓ₀ · 2^(±⌈k/2⌉) (1/ℓ₀ for the inverse
-    lengthscales of the scaled parameterisation): 2, 1/2, 4, 1/4, … times the entry's own."""
-    if k == 0:
-        return entry
-    mc = entry.config["model"]
-    factor = 2.0 ** ((k + 1) // 2 * (1 if k % 2 else -1))
-    scaled = mc["parameterization"] == "scaled"
-    name = "inverse_lengthscales" if scaled else "lengthscales"
-    start = mc[name]["init"] / factor if scaled else mc[name]["init"] * factor
-    return entry.with_overrides([f"model.spectral_seed={mc['spectral_seed'] + k}",
-                                 f"model.{name}.init={start!r}"])
+def path_seed(seed: int, k: int) -> int:
+    """Path k's seed: far from ``seed + small offsets`` that a fit uses for its own draws, so that
+    no two paths share a key."""
+    return seed + PATH_SEED_STRIDE * k
 
 
 def screened_starts(entry, data, count: int, *, seed: int = 0, draws: int = SCREEN_DRAWS,
@@ -87,22 +79,23 @@ def screened_starts(entry, data, count: int, *, seed: int = 0, draws: int = SCRE
 def dispersed_starts(entry, data, count: int, *, seed: int = 0,
                      inputs: Handoff) -> list[tuple]:
     """(entry, Handoff) of each of ``count`` paths: path 0 is the entry's own start (with the
-    points handed over); the others start at :func:`screened_starts` (Gaussian likelihood) or
-    at :func:`path_entry`'s spread lengthscales and spectral points."""
+    points handed over); the others start at :func:`screened_starts`."""
     out = [(entry, inputs)]
     if count < 2:
         return out
-    if entry.config["model"]["likelihood"] == "gaussian":
-        starts = screened_starts(entry, data, count - 1, seed=seed, type2=inputs.type2)
-        return out + [(entry, dataclasses.replace(inputs, spectral_points=None, start=s))
-                      for s in starts]
-    return out + [(path_entry(entry, k), dataclasses.replace(inputs, spectral_points=None))
-                  for k in range(1, count)]
+    if entry.config["model"]["likelihood"] != "gaussian":
+        raise SSGPError(f"{entry.name}: multi-path fits need the Gaussian likelihood (their "
+                        "starts and weights use its closed-form marginal and LOO predictive)")
+    starts = screened_starts(entry, data, count - 1, seed=seed, type2=inputs.type2)
+    return out + [(entry, dataclasses.replace(inputs, spectral_points=None, start=s))
+                  for s in starts]
 
 
 def loo_log_density(post: Posterior, data) -> np.ndarray:
     """(n,) log p(yᵢ | y₋ᵢ, path): the closed-form LOO predictive given each of the path's draws
-    of θ, σ_s, σ_n (s integrated out), averaged over the draws (standardised units)."""
+    of θ, σ_s, σ_n (s integrated out), averaged over the draws (standardised units). Only s is
+    left out exactly: the draws of θ come from the fit on all rows, so the score is optimistic by
+    about the effective number of θ's parameters, alike for every path of one entry."""
     sites = post.flat_sites
     if "frequencies" not in sites or "signal" not in sites or "noise" not in sites:
         raise SSGPError(f"{post.model}: stacking needs draws of the frequencies, signal and noise")
@@ -147,7 +140,8 @@ def weights_of(how: str, loo: np.ndarray, losses: np.ndarray) -> np.ndarray:
 def allocate(weights: np.ndarray, total: int = MIXTURE_DRAWS) -> np.ndarray:
     """Integer draw counts (K,) summing to ``total`` proportional to ``weights`` (largest
     remainders)."""
-    raw = np.asarray(weights, np.float64) * total
+    w = np.clip(np.nan_to_num(np.asarray(weights, np.float64)), 0.0, None)
+    raw = w / w.sum() * total
     counts = np.floor(raw).astype(int)
     counts[np.argsort(-(raw - counts))[: total - counts.sum()]] += 1
     return counts
@@ -163,15 +157,20 @@ def combine(paths: list[Posterior], data, how: str, *, seconds: float | None = N
     w = weights_of(how, loo, losses)
     counts = allocate(w)
     flats = [p.flat_sites for p in paths]
-    idx = [np.resize(np.arange(len(next(iter(f.values())))), c) for f, c in zip(flats, counts,
-                                                                                 strict=True)]
+    # path k's draws cycled to its count, evenly spaced where it needs fewer than it has (a
+    # chain's draws: not its first, autocorrelated ones)
+    idx = [np.resize(np.arange(s), c) if c >= s else np.linspace(0, s - 1, c).round().astype(int)
+           for s, c in ((len(next(iter(f.values()))), c) for f, c in zip(flats, counts,
+                                                                          strict=True))]
     sites = {k: np.concatenate([f[k][i] for f, i in zip(flats, idx, strict=True)])
              for k in flats[0]}
     path_of_draw = np.concatenate([np.full(c, k) for k, c in enumerate(counts)])
     score = float(logsumexp(loo + np.log(np.maximum(w, 1e-300)), axis=1).sum())
+    conv = [p.info.converged for p in paths if p.info.converged is not None]
     info = dataclasses.replace(
-        first.info, fit_seconds=sum(p.info.fit_seconds for p in paths) if seconds is None
-        else seconds, loo_seconds=sum(p.info.loo_seconds for p in paths),
+        first.info, converged=all(conv) if conv else None,
+        fit_seconds=sum(p.info.fit_seconds for p in paths) if seconds is None else seconds,
+        loo_seconds=sum(p.info.loo_seconds for p in paths),
         paths=len(paths), combine=how, path_weights=tuple(float(v) for v in w),
         path_loo=tuple(float(v) for v in loo.sum(axis=0)),
         path_objective=tuple(float(v) for v in losses), stacked_loo=score)
@@ -220,9 +219,10 @@ def path_checkpoint(checkpoint, k: int):
 def run(method, entry, data, *, paths: int, how: str, seed: int = 0, steps=None,
         progress: bool = True, inputs: Handoff | None = None, checkpoint=None,
         client=None) -> Posterior:
-    """``paths`` runs of ``method`` from the starts of :func:`path_entry`,
-    combined by ``how``. With a checkpoint each path saves its own (``<stem>-path<k>``); a path
-    interrupted by Ctrl-C ends the run with the paths so far, marked interrupted."""
+    """``paths`` runs of ``method`` from the starts of its ``path_starts`` (default
+    :func:`dispersed_starts`), combined by ``how``. With a checkpoint each path saves its own
+    (``<stem>-path<k>``); a path interrupted by Ctrl-C ends the run with the paths so far,
+    marked interrupted."""
     t0 = time.perf_counter()
     starts = method.path_starts(entry, data, paths, seed=seed, inputs=inputs or Handoff())
     runs = method.run_paths(starts, data, seed=seed, steps=steps, progress=progress,

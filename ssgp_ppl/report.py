@@ -22,13 +22,20 @@ from pathlib import Path
 import numpy as np
 
 from ssgp_ppl import invariants, methods
-from ssgp_ppl.calibration import loo_summary, reference_health
+from ssgp_ppl.calibration import (
+    LOG_DENSITY_SPREAD,
+    LOG_EVIDENCE_SPREAD,
+    RUNS_RHAT,
+    loo_summary,
+    reference_health,
+)
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.io import write_json, write_text_atomic
 from ssgp_ppl.metrics import DEFAULT_LEVELS as LEVELS
 from ssgp_ppl.metrics import coverage_curve
+from ssgp_ppl.paths import SCREEN_DRAWS
 from ssgp_ppl.pipeline import evaluate, fit, metrics_record
 from ssgp_ppl.posterior import Handoff, Posterior
 
@@ -249,7 +256,6 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 
 
 
-
 def paths_record(post: Posterior) -> dict:
     """A multi-path fit's paths: how they combine, each one's weight, LOO log score (closed form,
     s integrated given θ), final objective and posterior mean noise sd (original units), and the
@@ -257,7 +263,7 @@ def paths_record(post: Posterior) -> dict:
     i = post.info
     scale = float(np.asarray(post.y_scaler.scale))
     noise = [float(np.mean(p.flat_sites["noise"]) * scale) if "noise" in p.flat_sites else None
-             for p in post.path_posteriors]
+             for p in post.path_posteriors] or [None] * len(i.path_weights)  # a loaded one
     return {"combine": i.combine, "weights": list(i.path_weights), "loo": list(i.path_loo),
             "objective": list(i.path_objective), "noise": noise, "stacked_loo": i.stacked_loo}
 
@@ -376,10 +382,11 @@ def _html(entry, data, seed, records, results, ref_label, loo_pit) -> str:
             parts += [f"<h2>{html.escape(r['method'])}: {len(tab)} paths combined by "
                       f"{html.escape(d['combine'])}</h2>",
                       "<p>Each path is a fit from its own start (path 0: the entry's own; the "
-                      "others: the best of 4096 prior draws by the collapsed log joint, or spread "
-                      "lengthscales and spectral sets). LOO log score: Σᵢ log p(yᵢ | y₋ᵢ) with s "
-                      "integrated given each draw (closed form), the stacking criterion; mixture: "
-                      f"{d['stacked_loo']:.2f}. Yao, Vehtari & Gelman 2022.</p>",
+                      f"others: the best of {SCREEN_DRAWS} prior draws by the collapsed log joint, "
+                      "or for NCVMP the next candidate spectral sets). LOO log score: Σᵢ log "
+                      "p(yᵢ | y₋ᵢ) with s integrated given each draw (closed form), the stacking "
+                      f"criterion; mixture: {d['stacked_loo']:.2f}. Yao, Vehtari & Gelman 2022."
+                      "</p>",
                       _table(tab, list(tab[0]))]
     refs = [r for r in records if "reference" in r]
     if refs:
@@ -401,9 +408,10 @@ def _html(entry, data, seed, records, results, ref_label, loo_pit) -> str:
         parts += [f"<h2>Reference ({html.escape(refs[0]['method'])}): {html.escape(status)}</h2>",
                   "<p>Converged means: rank R-hat ≤ 1.01 and bulk/tail ESS ≥ 400 on every "
                   "symmetry-invariant quantity, no divergence, BFMI ≥ 0.3, the chains' mean log "
-                  "density within 3 nats, and for tempered SMC two runs whose log evidence agrees "
-                  "within 1 nat and whose invariants agree (R-hat ≤ 1.05 with each run as one "
-                  "chain). Modes = groups of chains whose two-chain R-hat on the scalar invariants "
+                  f"density within {LOG_DENSITY_SPREAD:g} nats, and for tempered SMC two runs "
+                  f"whose log evidence agrees within {LOG_EVIDENCE_SPREAD:g} nat and whose "
+                  f"invariants agree (R-hat ≤ {RUNS_RHAT:g} with each run as one chain). "
+                  "Modes = groups of chains whose two-chain R-hat on the scalar invariants "
                   "and log density stays below 1.1; the polishing chains start at SMC particles, "
                   "so their shares estimate the modes' posterior mass.</p>",
                   _table([flat], list(flat))] + ([_table(health, list(health[0]))] if health else [])

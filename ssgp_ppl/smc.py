@@ -64,7 +64,8 @@ def _observed_hidden(model):
 
 def potentials(model, x, y, seed: int = 0):
     """(log prior, log likelihood, unravel, latent names, transforms) of ``model`` at (x, y) on
-    the flat unconstrained vector, the log prior including the Jacobian of the transforms."""
+    the flat unconstrained vector, the log prior including the Jacobian of the transforms; a
+    non-finite log likelihood (a failed factorisation at an extreme draw) counts as −∞."""
     key = jax.random.PRNGKey(seed)
     full = initialize_model(key, model, model_args=(x, y), dynamic_args=False)
     prior = initialize_model(key, _observed_hidden(model), model_args=(x, y), dynamic_args=False)
@@ -78,11 +79,12 @@ def potentials(model, x, y, seed: int = 0):
     def log_prior(flat):
         return -prior.potential_fn(unravel(flat))
 
-    def log_lik(flat):
+    def log_lik(flat):  # a failed likelihood (non-finite) weighs nothing
         z = unravel(flat)
-        return prior.potential_fn(z) - full.potential_fn(z)
+        value = prior.potential_fn(z) - full.potential_fn(z)
+        return jnp.where(jnp.isfinite(value), value, -jnp.inf)
 
-    return log_prior, log_lik, unravel, tuple(z0), transforms, full.postprocess_fn
+    return log_prior, log_lik, unravel, tuple(z0), transforms
 
 
 def prior_positions(model, x, y, names, transforms, n: int, key) -> jax.Array:
@@ -116,7 +118,7 @@ def tempered_smc_runs(model, x, y, *, runs: int = 2, particles: int = 256, mcmc_
         raise SSGPError(f"SMC needs at least one run, got {runs}")
     t0 = time.perf_counter()
     x, y = (None if a is None else jnp.asarray(a) for a in (x, y))
-    log_prior, log_lik, unravel, names, transforms, _ = potentials(model, x, y, seed)
+    log_prior, log_lik, unravel, names, transforms = potentials(model, x, y, seed)
     keys = jax.random.split(jax.random.PRNGKey(seed), runs)
     z0 = jnp.stack([prior_positions(model, x, y, names, transforms, particles,
                                     jax.random.fold_in(k, 0)) for k in keys])
@@ -163,7 +165,10 @@ def tempered_smc_runs(model, x, y, *, runs: int = 2, particles: int = 256, mcmc_
     pos, beta, log_z, acc, temps, ll = jax.jit(jax.vmap(one))(z0, keys)
     if float(jnp.min(beta)) < 1.0:
         raise SSGPError(f"tempered SMC did not reach the posterior in {max_temperatures} "
-                        f"temperatures (β = {float(jnp.min(beta)):.3g}); raise particles")
+                        f"temperatures (β = {float(jnp.min(beta)):.3g}); lower target_ess")
+    if not np.all(np.isfinite(np.asarray(log_z))):
+        raise SSGPError("tempered SMC: the log evidence is not finite (every particle's "
+                        "likelihood failed at some temperature); try --x64")
     samples = jax.vmap(jax.vmap(lambda f: {k: transforms[k](v) for k, v in unravel(f).items()}))(
         pos)
     jax.block_until_ready((ll, samples))

@@ -89,3 +89,32 @@ def test_each_path_checkpoints_on_its_own(tmp_path):
     assert second.path.name == "checkpoint-path1.npz" and not second.resume
     assert first.fingerprint == {"seed": 1, "path": 0} and second.fingerprint["path"] == 1
     assert path_checkpoint(None, 3) is None
+
+
+def test_vectorised_paths_equal_their_own_runs(small_rows):
+    """run_svi_paths gives each path the result run_svi gives it alone (same start, same key
+    stream, the same stop): the paths share one update, nothing else."""
+    import dataclasses
+
+    from ssgp_ppl.guides import make_guide
+    from ssgp_ppl.inference import Schedule, reparam_for_nuts, run_svi, run_svi_paths
+    from ssgp_ppl.model import with_start
+
+    entry = load_entry("ssgp_svi").with_overrides(["m=3"])
+    spec = entry.spec(small_rows.n_features)
+    starts = [spec, with_start(spec, {"lengthscales": np.full(spec.d, 3.0), "noise": 0.5})]
+    pairs = []
+    for sp in starts:
+        model = reparam_for_nuts(entry.model(dataclasses.replace(sp)), ["frequencies"])
+        pairs.append((model, make_guide("auto_mvn", model, sp)))
+    schedule = Schedule(400, 0.01, 0.0, 25, 1e9, 4, 0)  # huge tol: stops after 2 × 4 chunks
+    together = run_svi_paths(pairs, small_rows.x_train, small_rows.y_train, schedule,
+                             seeds=[3, 11], progress=False)
+    for (model, guide), seed, res in zip(pairs, [3, 11], together, strict=True):
+        alone = run_svi(model, guide, small_rows.x_train, small_rows.y_train, schedule, seed=seed,
+                        progress=False)
+        assert res.steps == alone.steps == 200 and res.converged and alone.converged
+        np.testing.assert_allclose(res.losses, alone.losses, rtol=1e-4, atol=1e-3)
+        for k in alone.params:
+            np.testing.assert_allclose(res.params[k], alone.params[k], rtol=1e-3, atol=1e-4)
+    assert not np.allclose(together[0].params["auto_loc"], together[1].params["auto_loc"])

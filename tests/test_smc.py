@@ -73,8 +73,8 @@ def test_bimodal_mode_weights_recovered(x64):
 def test_potentials_split_prior_and_likelihood(x64, conjugate):
     """log prior + log likelihood on the unconstrained vector is the model's log joint."""
     x, y = conjugate
-    log_prior, log_lik, unravel, names, _, _ = potentials(linear_model, jnp.asarray(x),
-                                                          jnp.asarray(y))
+    log_prior, log_lik, unravel, names, _ = potentials(linear_model, jnp.asarray(x),
+                                                       jnp.asarray(y))
     w = jnp.array([0.3, -0.2, 1.1])
     assert names == ("w",)
     want_prior = float(dist.Normal(0, 1.5).log_prob(w).sum())

@@ -82,14 +82,16 @@ class Method:
     def run_paths(self, starts: list[tuple], data: Dataset, *, seed: int = 0,
                   steps: int | None = None, progress: bool = True, checkpoint=None,
                   client=None) -> list[Posterior]:
-        """One :meth:`run` per (entry, Handoff) of ``starts`` (seeds ``seed + k``; path k's own
+        """One :meth:`run` per (entry, Handoff) of ``starts`` (path k's seed
+        :func:`ssgp_ppl.paths.path_seed`, its own
         checkpoint, :func:`ssgp_ppl.paths.path_checkpoint`); stops after a path interrupted by
         Ctrl-C. A method may run its paths together (``svi``: vectorised in one jit)."""
-        from ssgp_ppl.paths import path_checkpoint
+        from ssgp_ppl.paths import path_checkpoint, path_seed
 
         out = []
         for k, (entry, given) in enumerate(starts):
-            out.append(self.run(entry, data, seed=seed + k, steps=steps, progress=progress,
+            out.append(self.run(entry, data, seed=path_seed(seed, k), steps=steps,
+                                progress=progress,
                                 inputs=given, checkpoint=path_checkpoint(checkpoint, k),
                                 client=client))
             if out[-1].info.interrupted:

@@ -51,16 +51,21 @@ def site_rule(entry, sites: dict, data, partitions) -> SiteRule:
                     partitions if pred["rule"] == "local" else None)
 
 
-def with_nuisance(sites: dict, x, y, seed: int) -> dict:
+def with_nuisance(sites: dict, x, y, seed: int, spec) -> dict:
     """``sites`` with s drawn from its exact Gaussian conditional given each draw of θ, σ_s, σ_n
     (:func:`ssgp_ppl.model.draw_nuisance`): a sampler or guide over the collapsed model gives the
-    same sites as the uncollapsed one (the pointwise log-likelihood and the degenerate rule use s)."""
-    n = len(sites["signal"])
-    keys = jax.random.split(jax.random.PRNGKey(seed + 7), n)
-    noise = sites["noise"] if "noise" in sites else jnp.ones_like(sites["signal"])
+    same sites as the uncollapsed one (the pointwise log-likelihood and the degenerate rule use s).
+    A fixed σ_s or σ_n (not a site) is the spec's value."""
+    n = len(sites["frequencies"])
+    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 7), n)
+
+    def per_draw(name, hyper):
+        return jnp.asarray(sites[name]) if name in sites else jnp.full((n,), hyper.value)
+
+    signal, noise = per_draw("signal", spec.signal), per_draw("noise", spec.noise)
     x, y = jnp.asarray(x), jnp.asarray(y)
     s = jax.jit(jax.vmap(lambda k, f, sg, nz: draw_nuisance(k, spectral.features(x, f), y, sg, nz)))(
-        keys, jnp.asarray(sites["frequencies"]), jnp.asarray(sites["signal"]), jnp.asarray(noise))
+        keys, jnp.asarray(sites["frequencies"]), signal, noise)
     return {**sites, "nuisance": s}
 
 
@@ -81,7 +86,7 @@ def finish(entry, data, method: str, model, guide, params, res, *, spec, partiti
         loo_seconds = time.perf_counter() - t_loo if densities else 0.0  # LOO bookkeeping
     sites = site_values(model, params, draws, x[:1])  # site values do not depend on n
     if spec.nuisance == "marginalized" and draws:  # s from its conditional per draw
-        sites = with_nuisance(sites, x, y, seed)
+        sites = with_nuisance(sites, x, y, seed, spec)
     jax.block_until_ready(sites)
     fit_seconds = time.perf_counter() - t0 - loo_seconds
     pred = entry.config["predictive"]

@@ -34,6 +34,8 @@ from ssgp_ppl.methods.base import Method, Settings, setting
 from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
 from ssgp_ppl.smc import tempered_smc_runs
 
+SMC_SEED_OFFSET = 104_729  # the SMC runs' keys, apart from the polishing chains' (seed)
+
 
 @dataclasses.dataclass(frozen=True)
 class SMCSettings(Settings):
@@ -41,7 +43,7 @@ class SMCSettings(Settings):
     mcmc_steps: int = setting(int, 20, "HMC moves of the particles at each temperature", low=1)
     integration_steps: int = setting(int, 8, "leapfrog steps of each HMC move", low=1)
     target_ess: float = setting((int, float), 0.5, "fraction of the particles' effective sample "
-                                "size kept from one temperature to the next", low=0, high=1,
+                                "size kept from one temperature to the next", low=0, high=0.99,
                                 open_low=True)
     runs: int = setting(int, 2, "independent SMC runs; their agreement (log evidence, "
                         "invariants) is part of the verdict", low=1)
@@ -93,7 +95,7 @@ def runs_agreement(invariant_runs: list[np.ndarray]) -> float:
     stacked = np.stack([a[:n] for a in invariant_runs])  # (runs, n, k)
     vals = [float(rhat(stacked[..., j], method="rank")) for j in range(stacked.shape[-1])
             if np.ptp(stacked[..., j]) > 0]
-    return max(vals) if vals else 1.0
+    return float(np.max(vals)) if vals else 1.0  # NaN (a stuck run) propagates
 
 
 class SMCMethod(Method):
@@ -130,7 +132,7 @@ class SMCMethod(Method):
         t0 = time.perf_counter()
         runs = tempered_smc_runs(model, x, y, runs=s.runs, particles=s.particles,
                                  mcmc_steps=s.mcmc_steps, integration_steps=s.integration_steps,
-                                 target_ess=s.target_ess, seed=seed)
+                                 target_ess=s.target_ess, seed=seed + SMC_SEED_OFFSET)
         smc_seconds = time.perf_counter() - t0
         inv = [_scalar_invariants(site_values(model, {}, {k: jnp.asarray(v) for k, v in
                                                            r.samples.items()}, x[:1]))
@@ -140,12 +142,14 @@ class SMCMethod(Method):
         pick = np.random.default_rng(seed).choice(len(pooled), s.chains, replace=False) \
             if s.chains <= len(pooled) else np.arange(s.chains) % len(pooled)
         starts = jax.vmap(runs[0].unravel)(jnp.asarray(pooled[pick]))
+        if s.chains == 1:  # NumPyro takes one chain's start without the chain axis
+            starts = jax.tree.map(lambda a: a[0], starts)
         mcmc = run_nuts(model, x, y, warmup=s.warmup, samples=s.samples if steps is None else steps,
                         chains=s.chains, seed=seed, target_accept=s.target_accept,
                         max_tree_depth=s.max_tree_depth, progress=progress, init_params=starts)
         sites = site_values(model, {}, mcmc.get_samples(), x[:1])
         if collapsed:  # s from its exact conditional given each draw
-            sites = common.with_nuisance(sites, x, y, seed)
+            sites = common.with_nuisance(sites, x, y, seed, spec)
         jax.block_until_ready(sites)
         fit_seconds = time.perf_counter() - t0
         partitions = common.partitions_for(entry, data, inputs, seed)

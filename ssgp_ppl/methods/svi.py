@@ -5,15 +5,17 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import jax
 import numpy as np
 from numpyro.infer import Trace_ELBO
 
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.guides import PSI, known_guides, make_guide
+from ssgp_ppl.guides import PSI, NumPyroAutoGuide, known_guides, make_guide
 from ssgp_ppl.inference import Batching, Schedule, reparam_for_nuts, run_svi, run_svi_paths
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
 from ssgp_ppl.objectives import GRADIENTS, OBJECTIVES, make_objective
+from ssgp_ppl.paths import path_seed
 from ssgp_ppl.posterior import Posterior
 from ssgp_ppl.stacking import COMBINE
 
@@ -79,6 +81,10 @@ class SVIMethod(Method):
         if not entry.latent_sites:
             raise SSGPError(f"{src}: inference.methods: 'svi' needs latent sites; this model has "
                             "none (use 'ml')")
+        if s.paths > 1 and mc["likelihood"] != "gaussian":
+            raise SSGPError(f"{src}: inference.svi.paths: multi-path fits are weighted by the "
+                            "closed-form Gaussian LOO predictive; the "
+                            f"{mc['likelihood']} likelihood needs paths = 1")
         if s.noncentred and not (s.guide.startswith("auto_") and mc["spectral_density"] == "se"
                                  and mc["parameterization"] == "free"):
             raise SSGPError(f"{src}: inference.svi.noncentred: needs an auto_* guide, "
@@ -133,19 +139,24 @@ class SVIMethod(Method):
         checkpoint is asked for; path by path otherwise."""
         setups = [self._setup(e, data, h, seed) for e, h in starts]
         specs = [st[1] for st in setups]
-        same = all(sp.parameterization == "free" and sp.frequencies == "prior" for sp in specs) or \
-            all(np.array_equal(sp.spectral_points, specs[0].spectral_points) for sp in specs)
-        if checkpoint is not None or not same or len(starts) < 2:
+        # one update serves every path only where a path's start lives in its initial parameter
+        # values alone: NumPyro's autoguides (the papers' guides scale their parameters by the
+        # start), and models that differ in nothing else (free frequencies, or the same points)
+        same = all(isinstance(st[3], NumPyroAutoGuide) for st in setups) and (
+            all(sp.parameterization == "free" and sp.frequencies == "prior" for sp in specs)
+            or all(np.array_equal(sp.spectral_points, specs[0].spectral_points) for sp in specs))
+        if checkpoint is not None or not same or len(starts) < 2 or jax.process_count() > 1:
             return super().run_paths(starts, data, seed=seed, steps=steps, progress=progress,
                                      checkpoint=checkpoint, client=client)
         s, _, _, _, loss, batching, partitions = setups[0]
         t0 = time.perf_counter()
         results = run_svi_paths([(st[2], st[3]) for st in setups], data.x_train, data.y_train,
                                 s.schedule(steps), loss=loss, batching=batching,
-                                seeds=[seed + k for k in range(len(starts))], progress=progress,
+                                seeds=[path_seed(seed, k) for k in range(len(starts))],
+                                progress=progress,
                                 desc=f"{starts[0][0].name}:svi paths")
         per_path = (time.perf_counter() - t0) / len(starts)
-        return [self._finish(e, data, st, res, seed + k, time.perf_counter() - per_path)
+        return [self._finish(e, data, st, res, path_seed(seed, k), time.perf_counter() - per_path)
                 for k, ((e, _), st, res) in enumerate(zip(starts, setups, results, strict=True))]
 
     def run(self, entry, data, *, seed=0, steps=None, progress=True, inputs=None, checkpoint=None,
