@@ -66,7 +66,8 @@ for name, res in results.items():
 # %% [markdown]
 # ## Predictive metrics on the test set: reference vs single VI vs stacked VI
 # `<method>-one-path` is the entry's first path alone (the single-run fit); `<method>` is the
-# stacked mixture where the entry fits several paths.
+# stacked mixture where the entry fits several paths; `smc-chains-stacked` is the reference's NUTS
+# chains stacked as paths (what stacking non-mixing chains gives, Yao, Vehtari & Gelman 2022).
 
 # %%
 table = pd.DataFrame([r for res in results.values() for r in summary_rows(res)])

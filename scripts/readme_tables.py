@@ -75,7 +75,8 @@ BLOCKS = {"catalog_metrics": catalog_metrics, "step_time": step_time, "multimoda
 
 def render(text: str) -> str:
     for name, make in BLOCKS.items():
-        pattern = re.compile(rf"(<!-- generated: {name} -->\n)(?:.*?\n)?(<!-- /generated -->)", re.S)
+        # the block's content up to its own end marker (lazy: an empty block stays one block)
+        pattern = re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- /generated -->)", re.S)
         if not pattern.search(text):
             raise SystemExit(f"README.md has no generated block '{name}'")
         text = pattern.sub(lambda m, make=make: m.group(1) + make() + "\n" + m.group(2), text)

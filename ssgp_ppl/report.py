@@ -35,7 +35,7 @@ from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.io import write_json, write_text_atomic
 from ssgp_ppl.metrics import DEFAULT_LEVELS as LEVELS
 from ssgp_ppl.metrics import coverage_curve
-from ssgp_ppl.paths import SCREEN_DRAWS
+from ssgp_ppl.paths import SCREEN_DRAWS, combine, split_chains
 from ssgp_ppl.pipeline import evaluate, fit, metrics_record
 from ssgp_ppl.posterior import Handoff, Posterior
 
@@ -310,6 +310,10 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
         if res.path_posteriors:  # a multi-path fit: its first path alone is the single-run fit
             one = evaluate(res.path_posteriors[0], data, seed=seed)
             runs.insert(0, (f"{method}-one-path", one))
+        if methods.get(method).reference and len(chains := split_chains(res)) > 1:
+            # the reference's chains as paths, stacked (Yao, Vehtari & Gelman 2022)
+            stacked = evaluate(combine(chains, data, "stacking"), data, seed=seed)
+            runs.append((f"{method}-chains-stacked", stacked))
         for label, r in runs:
             rec = metrics_record(r, data) | {"method": label}
             rec["loo_seconds"] = float(r.info.loo_seconds)
@@ -319,7 +323,7 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             loo = loo_summary(r.datatree)
             if loo is not None:
                 rec["loo"], loo_pit[label] = loo
-            if methods.get(method).reference:
+            if r is res and methods.get(method).reference:
                 rec["reference"] = reference_health(r.datatree, r.info)
             if r.info.paths:
                 rec["paths"] = paths_record(r)

@@ -56,8 +56,9 @@ def test_main_job_from_a_fresh_clone(tmp_path):
     assert report.exists() and "data:image/png;base64," in report.read_text()
     comp = json.loads((clone / out / "comparison.json").read_text())
     methods = [m["method"] for m in comp["methods"]]
-    assert methods == ["svi-one-path", "svi", "smc"]  # single VI, stacked VI, the reference
+    # single VI, stacked VI, the reference, its chains stacked
+    assert methods == ["svi-one-path", "svi", "smc", "smc-chains-stacked"]
     for m in comp["methods"]:
         assert 0 < m["nmse"] < 1, m
-    ref = comp["methods"][-1]["reference"]
+    ref = comp["methods"][2]["reference"]
     assert len(ref["log_evidence"]) == 2 and ref["modes"] >= 1

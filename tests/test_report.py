@@ -16,9 +16,10 @@ def test_compare_report_sections(pendulum, tmp_path):
     records = compare(entry, data, tmp_path, progress=False)
     # the entry's own method fits two paths (SMALL_SETTINGS): its first path alone, the stacked
     # mixture, and the reference
-    assert [r["method"] for r in records] == ["svi-one-path", "svi", "smc"]
+    assert [r["method"] for r in records] == ["svi-one-path", "svi", "smc", "smc-chains-stacked"]
     saved = json.loads((tmp_path / "comparison.json").read_text())
-    one, svi, ref = saved["methods"]
+    one, svi, ref, chains = saved["methods"]
+    assert len(chains["paths"]["weights"]) == 2 and "vs_reference" in chains
     np.testing.assert_allclose(svi["coverage_curve"]["nominal"], np.linspace(0.1, 0.9, 9))
     assert one["loo"]["corrected"] and not ref["loo"]["corrected"]
     assert "loo" not in svi  # a mixture of paths has no density ratio for PSIS
@@ -37,5 +38,5 @@ def test_compare_report_sections(pendulum, tmp_path):
     assert len(re.findall(r"<img alt='[^']+' src='data:image/png;base64,[A-Za-z0-9+/=]{500,}'>",
                           html)) == 7  # with the modes panel
     assert ("NOT CONVERGED" in html) == (not h["converged"])
-    for method in ("svi-one-path", "svi", "smc"):
+    for method in ("svi-one-path", "svi", "smc", "smc-chains-stacked"):
         assert (tmp_path / f"posterior_{method}.nc").exists()
