@@ -72,7 +72,7 @@ def run_one(name: str, dataset: str, *, quick: bool, sets: list[str], vi: bool =
         "smc_seconds": post.info.smc_seconds, "particles": post.info.particles}
     chains = split_chains(post)
     if len(chains) > 1:  # the polishing chains as paths, stacked
-        stacked = evaluate(combine(chains, data, "stacking"), data)
+        stacked = evaluate(combine(chains, data, "stacking", seconds=ref_seconds), data)
         rec["reference_chains_stacked"] = scores(stacked, ref_seconds) | {
             "weights": list(stacked.info.path_weights)}
     if not vi:

@@ -164,7 +164,7 @@ def reference_health(dt: xr.DataTree, info) -> dict:
     if out["divergences"]:
         reasons.append(f"{out['divergences']} divergences")
     if not np.all(np.asarray(out["bfmi"]) >= 0.3):
-        reasons.append(f"BFMI {min(out['bfmi']):.2f} (< 0.3)")
+        reasons.append(f"BFMI {min(out['bfmi']):.4f} (< 0.3)")
     if not out["log_density_spread"] <= LOG_DENSITY_SPREAD:
         reasons.append(f"chains' mean log density {out['log_density_spread']:.1f} nats apart "
                        f"(> {LOG_DENSITY_SPREAD:g}): {out['modes']} modes")

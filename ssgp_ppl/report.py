@@ -312,7 +312,8 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             runs.insert(0, (f"{method}-one-path", one))
         if methods.get(method).reference and len(chains := split_chains(res)) > 1:
             # the reference's chains as paths, stacked (Yao, Vehtari & Gelman 2022)
-            stacked = evaluate(combine(chains, data, "stacking"), data, seed=seed)
+            stacked = evaluate(combine(chains, data, "stacking", seconds=res.info.fit_seconds),
+                               data, seed=seed)
             runs.append((f"{method}-chains-stacked", stacked))
         for label, r in runs:
             rec = metrics_record(r, data) | {"method": label}
