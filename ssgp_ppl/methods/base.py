@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, ClassVar
 
+from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.settings import Field
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,3 +115,21 @@ class Method:
             progress: bool = True, inputs: Handoff | None = None, checkpoint=None,
             client=None) -> Posterior:
         raise NotImplementedError
+
+
+class PosteriorSampler(Method):
+    """A sampler of the model with priors (``nuts``, ``smc``): it needs latent sites, and on
+    type-II sites it conditions on the entry's own method's estimates (empirical Bayes)."""
+
+    def check(self, entry, src: str) -> None:
+        if not entry.latent_sites:
+            raise SSGPError(f"{src}: inference.methods: '{self.name}' needs latent sites; this "
+                            "model has none")
+        if entry.learned_sites and entry.methods[0] == self.name:
+            learned = ", ".join(f"model.{s}" for s in entry.learned_sites)
+            raise SSGPError(f"{src}: inference.methods: '{self.name}' first needs priors or fixed "
+                            f"values, but these are learned: {learned} (list 'svi' or 'ml' first: "
+                            "it then conditions on their type-II estimates)")
+
+    def requires(self, entry) -> tuple[str, ...]:
+        return ("type2",) if entry.learned_sites else ()

@@ -16,7 +16,7 @@ from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import nuts_init
 from ssgp_ppl.inference import reparam_for_nuts, run_nuts, site_values
 from ssgp_ppl.methods import common
-from ssgp_ppl.methods.base import Method, Settings, setting
+from ssgp_ppl.methods.base import PosteriorSampler, Settings, setting
 from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
 
 
@@ -30,24 +30,11 @@ class NUTSSettings(Settings):
     max_tree_depth: int = setting(int, 10, "NUTS maximum tree depth", low=1)
 
 
-class NUTSMethod(Method):
+class NUTSMethod(PosteriorSampler):
     name = "nuts"
     Settings = NUTSSettings
     description = "NUTS chains on the model with priors (empirical Bayes on type-II sites)"
     accepts = ("spectral_points",)
-
-    def check(self, entry, src: str) -> None:
-        if not entry.latent_sites:
-            raise SSGPError(f"{src}: inference.methods: 'nuts' needs latent sites; this model has "
-                            "none")
-        if entry.learned_sites and entry.methods[0] == self.name:
-            learned = ", ".join(f"model.{s}" for s in entry.learned_sites)
-            raise SSGPError(f"{src}: inference.methods: 'nuts' first needs priors or fixed values, "
-                            f"but these are learned: {learned} (list 'svi' or 'ml' first: NUTS then "
-                            "conditions on their type-II estimates)")
-
-    def requires(self, entry) -> tuple[str, ...]:
-        return ("type2",) if entry.learned_sites else ()
 
     def objective_label(self, entry) -> str:
         return "posterior (NUTS)"

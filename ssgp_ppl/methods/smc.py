@@ -30,7 +30,7 @@ from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.inference import reparam_for_nuts, run_nuts, site_values
 from ssgp_ppl.invariants import frequency_spread
 from ssgp_ppl.methods import common
-from ssgp_ppl.methods.base import Method, Settings, setting
+from ssgp_ppl.methods.base import PosteriorSampler, Settings, setting
 from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
 from ssgp_ppl.smc import tempered_smc_runs
 
@@ -98,26 +98,13 @@ def runs_agreement(invariant_runs: list[np.ndarray]) -> float:
     return float(np.max(vals)) if vals else 1.0  # NaN (a stuck run) propagates
 
 
-class SMCMethod(Method):
+class SMCMethod(PosteriorSampler):
     name = "smc"
     Settings = SMCSettings
     description = ("adaptive tempered SMC (blackjax, s integrated out), then NUTS chains from its "
                    "particles: the reference")
     reference = True
     accepts = ("spectral_points",)
-
-    def check(self, entry, src: str) -> None:
-        if not entry.latent_sites:
-            raise SSGPError(f"{src}: inference.methods: 'smc' needs latent sites; this model has "
-                            "none")
-        if entry.learned_sites and entry.methods[0] == self.name:
-            learned = ", ".join(f"model.{s}" for s in entry.learned_sites)
-            raise SSGPError(f"{src}: inference.methods: 'smc' first needs priors or fixed values, "
-                            f"but these are learned: {learned} (list 'svi' or 'ml' first: the "
-                            "reference then conditions on their type-II estimates)")
-
-    def requires(self, entry) -> tuple[str, ...]:
-        return ("type2",) if entry.learned_sites else ()
 
     def objective_label(self, entry) -> str:
         return "posterior (tempered SMC + NUTS)"
