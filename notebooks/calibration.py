@@ -13,7 +13,7 @@
 # %% [markdown]
 # # Calibration across the catalog
 #
-# Every catalog entry (new `models/*.toml` files are picked up) on pendulum and Auto-MPG: coverage
+# Every catalog entry (new catalog files are picked up) on pendulum and Auto-MPG: coverage
 # of central intervals from 10% to 90% on the test set, MNLP, CRPS, and PSIS-LOO's Pareto k̂ on the
 # training rows (for VI draws importance-corrected with log p − log q). Runs of the two VI-vs-NUTS
 # notebooks are reused from the reports folder; missing ones are run here.

@@ -22,12 +22,13 @@ try:
 except _metadata.PackageNotFoundError:  # a source tree without the package installed
     __version__ = "0+unknown"
 
-_API = ("fit", "load", "catalog")
+_API = ("fit", "load", "catalog", "add_catalog")
 
 
 def __getattr__(name: str):
-    """``ssgp_ppl.fit``, ``load`` and ``catalog`` (:mod:`ssgp_ppl.api`), imported on first use so
-    that ``import ssgp_ppl`` stays light (no JAX, NumPyro or ArviZ until they are used)."""
+    """``ssgp_ppl.fit``, ``load``, ``catalog`` and ``add_catalog`` (:mod:`ssgp_ppl.api`),
+    imported on first use so that ``import ssgp_ppl`` stays light (no JAX, NumPyro or ArviZ until
+    they are used)."""
     if name in _API:
         from ssgp_ppl import api
 

@@ -8,14 +8,15 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from ssgp_ppl import datasets, methods, pipeline
 from ssgp_ppl import posterior as _posterior
-from ssgp_ppl.entry import CatalogEntry, list_entries, load_entry
-from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.entry import CatalogEntry, add_catalog, catalog_files, load_entry
+from ssgp_ppl.errors import CatalogWarning, SSGPError
 from ssgp_ppl.posterior import Posterior
 
 
@@ -79,16 +80,26 @@ def load(path: str | Path) -> Posterior:
 
 
 def catalog() -> list[dict]:
-    """The catalog entries: name, methods, guide, objective, description (``ssgp-ppl models``)."""
+    """The catalog entries: name, methods, guide, objective, description and the file
+    (``ssgp-ppl models``). A file that is not a valid entry (a user catalog's) is skipped with a
+    :class:`~ssgp_ppl.errors.CatalogWarning` naming the file and the problem."""
+    files, problems = catalog_files()
     rows = []
-    for name in list_entries():
-        e = load_entry(name)
+    for name, path in files.items():
+        try:
+            e = load_entry(path)
+        except SSGPError as err:
+            problems.append(str(err) if str(path) in str(err) else f"{path}: {err}")
+            continue
         listed = [methods.get(m) for m in e.methods]
         guides = [g for g in (m.guide_label(e) for m in listed) if g]
         rows.append({"name": name, "methods": ",".join(e.methods),
                      "guide": guides[0] if guides else "-",
-                     "objective": listed[0].objective_label(e), "description": e.description})
+                     "objective": listed[0].objective_label(e), "description": e.description,
+                     "file": str(path)})
+    for p in problems:
+        warnings.warn(p, CatalogWarning, stacklevel=2)
     return rows
 
 
-__all__ = ["fit", "load", "catalog"]
+__all__ = ["fit", "load", "catalog", "add_catalog"]

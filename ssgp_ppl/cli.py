@@ -13,8 +13,9 @@ import os
 import sys
 from pathlib import Path
 
-from ssgp_ppl import methods  # imports JAX without starting a backend: flags are set before
+from ssgp_ppl import __version__, methods  # imports JAX without starting a backend
 from ssgp_ppl.checkpoint import DEFAULT_EVERY
+from ssgp_ppl.entry import CATALOG_ENV
 
 CHAINS_DEVICES = 4  # host devices so that 4 NUTS chains run in parallel
 
@@ -51,7 +52,8 @@ def _resume_args(args, defaults) -> None:
 
     given = [k for k in (*RUN_ARGS, "out") if getattr(args, k) != getattr(defaults, k)]
     if given:
-        flags = ", ".join("MODEL" if k == "model" else "--" + k.replace("_", "-") for k in given)
+        flags = ", ".join("MODEL" if k == "model" else "--set" if k == "sets"
+                          else "--" + k.replace("_", "-") for k in given)
         raise SSGPError(f"--resume {args.resume} continues the run recorded in "
                         f"{Path(args.resume) / 'run.json'} with its own settings; drop {flags}")
     path = Path(args.resume) / "run.json"
@@ -62,16 +64,42 @@ def _resume_args(args, defaults) -> None:
         saved = json.loads(path.read_text())
         for k in RUN_ARGS:
             setattr(args, k, saved[k])
+        catalogs = saved.get("catalog", [])
     except (ValueError, KeyError, TypeError) as e:
         raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
+    from ssgp_ppl.entry import add_catalog
+
+    for d in catalogs:  # the user catalogs the run's entry came from
+        add_catalog(d)
     args.out = args.resume
+
+
+def _run_record(args) -> dict:
+    """run.json: the fit's arguments, with files and directories as absolute paths (so that
+    ``--resume`` works from any directory) and the user catalogs in use."""
+    rec = {k: getattr(args, k) for k in RUN_ARGS}
+    for k in ("model", "data"):
+        p = Path(str(rec[k])).expanduser()
+        if p.suffix and p.exists():  # a file (a .toml entry, a CSV), not a catalog/data set name
+            rec[k] = str(p.resolve())
+    if rec["data_dir"]:
+        rec["data_dir"] = str(Path(rec["data_dir"]).expanduser().resolve())
+    from ssgp_ppl.entry import catalog_dirs
+
+    rec["catalog"] = [str(d) for d in catalog_dirs()[1:]]
+    return rec
 
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks")
+    common.add_argument("--catalog", action="append", default=[], metavar="DIR",
+                        help="a directory of your own catalog entries (*.toml), added to the "
+                        f"built-in ones (repeatable; also ${CATALOG_ENV}, separated by "
+                        f"{os.pathsep!r})")
     p = argparse.ArgumentParser(prog="ssgp-ppl", description=__doc__.splitlines()[0],
                                 parents=[common])
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def add(name, **kw):
@@ -224,14 +252,24 @@ def _columns(rows: list[dict]) -> list[str]:
     return cols[:-1] + extra + cols[-1:]
 
 
-def cmd_models(args) -> None:
-    from ssgp_ppl.api import catalog
+def cmd_models(args) -> int:
+    import warnings
 
-    rows = catalog()
+    from ssgp_ppl.api import catalog
+    from ssgp_ppl.entry import BUILTIN_CATALOG
+
+    with warnings.catch_warnings(record=True) as skipped:
+        warnings.simplefilter("always")
+        rows = catalog()
+    for w in skipped:  # user files that are not entries: one line each, the rest listed
+        print(f"ssgp-ppl: skipped {w.message}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
-        _print_table(rows, ["name", "methods", "guide", "objective", "description"])
+        cols = ["name", "methods", "guide", "objective", "description"]
+        if any(Path(r["file"]).parent != BUILTIN_CATALOG for r in rows):
+            cols.append("file")
+        _print_table(rows, cols)
     return 0
 
 
@@ -256,7 +294,7 @@ def cmd_fit(args) -> int:
     out = Path(args.out or f"runs/{entry.name}-{data.name}-{method}")
     out.mkdir(parents=True, exist_ok=True)
     if not args.resume and writer:
-        write_json(out / "run.json", {k: getattr(args, k) for k in RUN_ARGS})
+        write_json(out / "run.json", _run_record(args))
     checkpoint = None
     if m.checkpoints:  # with --checkpoint-every 0: saved only at the end or on Ctrl-C
         # a multi-path fit keeps one checkpoint per path (checkpoint-path<k>.npz)
@@ -333,6 +371,10 @@ def main(argv: list[str] | None = None) -> int:
         from ssgp_ppl.errors import SSGPError
 
         try:
+            from ssgp_ppl.entry import add_catalog
+
+            for d in args.catalog:
+                add_catalog(d)
             if getattr(args, "resume", None):  # before JAX starts: the run may be float64
                 _resume_args(args, parser.parse_args(["fit", "--resume", args.resume]))
             if args.command != "models":

@@ -1,4 +1,5 @@
-"""The model catalog: one declarative TOML file per entry in ``models/``.
+"""The model catalog: one declarative TOML file per entry, in the built-in catalog
+(``ssgp_ppl/models/``, shipped with the package) and in any user catalog directory.
 
 :func:`load_entry` reads and validates a file; every problem is one :class:`SSGPError` naming the
 file and the dotted key. :meth:`CatalogEntry.spec` builds the :class:`~ssgp_ppl.model.SSGPSpec`,
@@ -102,10 +103,50 @@ def schema() -> dict:
 SCHEMA = schema()  # the built-in methods' catalog format
 
 
+BUILTIN_CATALOG = Path(__file__).resolve().parent / "models"
+CATALOG_ENV = "SSGP_PPL_MODELS"  # user catalog directories, separated by os.pathsep
+_user_catalogs: list[Path] = []
+
+
+def add_catalog(directory: str | Path) -> None:
+    """Add a user catalog directory: its ``*.toml`` entries join the built-in ones (as
+    ``ssgp-ppl --catalog DIR`` and the ``SSGP_PPL_MODELS`` environment variable do)."""
+    d = Path(directory).expanduser().resolve()
+    if not d.is_dir():
+        raise SSGPError(f"catalog directory not found: {directory}")
+    if d not in _user_catalogs:
+        _user_catalogs.append(d)
+
+
+def catalog_dirs() -> list[Path]:
+    """The catalog directories in search order: the built-in one, then those of
+    :func:`add_catalog`, then those of ``$SSGP_PPL_MODELS``."""
+    env = [Path(p).expanduser() for p in os.environ.get(CATALOG_ENV, "").split(os.pathsep) if p]
+    for d in env:
+        if not d.is_dir():
+            raise SSGPError(f"{CATALOG_ENV}: catalog directory not found: {d}")
+    dirs = [BUILTIN_CATALOG, *_user_catalogs, *(d.resolve() for d in env)]
+    return list(dict.fromkeys(dirs))
+
+
+def catalog_files() -> tuple[dict[str, Path], list[str]]:
+    """``({name: file}, problems)``: every entry file of :func:`catalog_dirs`; a file whose name
+    an earlier directory already has is not an entry (a problem naming both files)."""
+    files: dict[str, Path] = {}
+    problems = []
+    for d in catalog_dirs():
+        for f in sorted(d.glob("*.toml")):
+            if f.stem in files:
+                problems.append(f"{f}: entry {f.stem!r} is already defined by {files[f.stem]}; "
+                                "rename the file")
+            else:
+                files[f.stem] = f
+    return files, problems
+
+
 def models_dir() -> Path:
-    """The catalog directory: env SSGP_PPL_MODELS, else ``models/`` beside the package."""
-    env = os.environ.get("SSGP_PPL_MODELS")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "models"
+    """The built-in catalog directory (``ssgp_ppl/models``)."""
+    return BUILTIN_CATALOG
 
 
 def _parse_value(text: str):
@@ -256,23 +297,30 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
 
 
 def load_entry(name_or_path: str | Path) -> CatalogEntry:
-    """Load a catalog entry by name (``models/<name>.toml``) or by path to a TOML file."""
+    """Load a catalog entry by name (see :func:`list_entries`) or by path to a TOML file."""
     p = Path(name_or_path)
     if p.suffix != ".toml":
-        p = models_dir() / f"{name_or_path}.toml"
-        if not p.exists():
-            known = ", ".join(list_entries()) or "none"
+        files, problems = catalog_files()
+        if str(name_or_path) not in files:
+            clash = [q for q in problems if f"entry {str(name_or_path)!r} " in q]
+            if clash:
+                raise SSGPError(clash[0])
+            known = ", ".join(files) or "none"
             raise SSGPError(f"unknown catalog model {str(name_or_path)!r}; known: {known}")
-    if not p.exists():
+        p = files[str(name_or_path)]
+    if not p.is_file():
         raise SSGPError(f"catalog file not found: {p}")
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SSGPError(f"{p}: not UTF-8 text (byte {e.start}); a catalog file is UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as e:
         raise SSGPError(f"{p.name}: not valid TOML: {e}") from None
-    return _build(p.stem, p, raw, src=p.name)
+    except RecursionError:
+        raise SSGPError(f"{p.name}: not valid TOML: nested too deeply") from None
+    return _build(p.stem, p, raw, src=p.name if p.parent == BUILTIN_CATALOG else str(p))
 
 
 def list_entries() -> list[str]:
-    """Names of all catalog entries, sorted."""
-    d = models_dir()
-    return sorted(f.stem for f in d.glob("*.toml")) if d.is_dir() else []
+    """Names of all catalog entries (built-in and user), sorted."""
+    return sorted(catalog_files()[0])

@@ -176,8 +176,58 @@ def _keys(schema, prefix=""):
             yield from _keys(f, f"{prefix}{key}.")
 
 
+@pytest.fixture
+def user_catalog(tmp_path, monkeypatch):
+    """A user catalog: one valid entry, one invalid, one named as a built-in entry."""
+    import ssgp_ppl.entry as entry_mod
+
+    monkeypatch.setattr(entry_mod, "_user_catalogs", [])
+    d = tmp_path / "mine"
+    d.mkdir()
+    base = (models_dir() / "ssgp.toml").read_text()
+    (d / "my_ssgp.toml").write_text(base.replace("m = ", "m = 7 #", 1))
+    (d / "broken.toml").write_text(base.replace("m = ", "m = -2 #", 1))
+    (d / "tan_va.toml").write_text(base)
+    (d / "latin1.toml").write_bytes('description = "caf\xe9"\n'.encode("latin-1"))
+    return d
+
+
+@pytest.mark.parametrize("how", ["add_catalog", "env"])
+def test_user_catalog_adds_to_builtin_and_skips_invalid_files(user_catalog, monkeypatch, how):
+    import ssgp_ppl
+    from ssgp_ppl.errors import CatalogWarning
+
+    if how == "env":
+        monkeypatch.setenv("SSGP_PPL_MODELS", str(user_catalog))
+    else:
+        ssgp_ppl.add_catalog(user_catalog)
+    builtin = sorted(p.stem for p in models_dir().glob("*.toml"))
+    with pytest.warns(CatalogWarning) as seen:
+        rows = ssgp_ppl.catalog()
+    assert sorted(r["name"] for r in rows) == sorted([*builtin, "my_ssgp"])
+    assert load_entry("my_ssgp").config["model"]["m"] == 7
+    assert load_entry("tan_va").path == models_dir() / "tan_va.toml"  # the built-in one
+    problems = sorted(str(w.message) for w in seen)
+    assert len(problems) == 3
+    assert any("broken.toml: model.m" in p for p in problems)
+    assert any("'tan_va' is already defined" in p for p in problems)
+    assert any("latin1.toml: not UTF-8" in p for p in problems)
+    with pytest.raises(SSGPError, match=r"broken\.toml: model\.m"):  # refused when used
+        load_entry("broken")
+
+
+def test_missing_catalog_directory_is_one_error(tmp_path, monkeypatch):
+    import ssgp_ppl
+
+    with pytest.raises(SSGPError, match="catalog directory not found"):
+        ssgp_ppl.add_catalog(tmp_path / "nope")
+    monkeypatch.setenv("SSGP_PPL_MODELS", str(tmp_path / "nope"))
+    with pytest.raises(SSGPError, match="SSGP_PPL_MODELS: catalog directory not found"):
+        list_entries()
+
+
 def test_every_schema_key_is_documented_in_readme():
-    readme = (models_dir().parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     for path in _keys(SCHEMA):
         key = path.rsplit(".", 1)[-1]
         table = f"`[{path}]`"

@@ -46,6 +46,44 @@ def test_models_json():
     assert all({"name", "guide", "objective", "description"} <= set(row) for row in rows)
 
 
+def test_version():
+    from ssgp_ppl import __version__
+
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.split() == ["ssgp-ppl", __version__]
+
+
+def test_user_catalog_and_relative_paths_resume_from_another_directory(tmp_path):
+    """``--catalog DIR`` adds an entry; run.json records the CSV, the catalog and the output as
+    absolute paths, so ``fit --resume`` works from any directory."""
+    from ssgp_ppl.entry import models_dir
+
+    work = tmp_path / "work"
+    (work / "cat").mkdir(parents=True)
+    (work / "cat" / "small_ssgp.toml").write_text(
+        (models_dir() / "ssgp.toml").read_text().replace("m = 20", "m = 5"))
+    (work / "cat" / "broken.toml").write_text("[model\n")
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (80, 2))
+    np.savetxt(work / "d.csv", np.column_stack([x, np.sin(3 * x[:, 0])]), delimiter=",",
+               header="a,b,y", comments="")
+    r = run("models", "--catalog", "cat", cwd=work)
+    assert r.returncode == 0 and "small_ssgp" in r.stdout and "file" in r.stdout.splitlines()[0]
+    assert "ssgp-ppl: skipped" in r.stderr and "broken.toml: not valid TOML" in r.stderr
+    r = run("fit", "small_ssgp", "--catalog", "cat", "--data", "d.csv", "--steps", "50",
+            "--checkpoint-every", "0", "--out", "out", "--no-progress", cwd=work)
+    assert r.returncode == 0, r.stderr
+    saved = json.loads((work / "out" / "run.json").read_text())
+    assert saved["data"] == str(work / "d.csv") and saved["catalog"] == [str(work / "cat")]
+    r = run("fit", "broken", "--catalog", "cat", "--data", "d.csv", cwd=work)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "broken.toml" in r.stderr
+    first = json.loads((work / "out" / "metrics.json").read_text())
+    r = run("fit", "--resume", str(work / "out"), "--no-progress", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    again = json.loads((work / "out" / "metrics.json").read_text())
+    assert again["rmse"] == first["rmse"] and again["model"] == "small_ssgp"
+
+
 def test_filesystem_error_is_one_line_exit_2(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
