@@ -18,6 +18,7 @@ from ssgp_ppl import posterior as _posterior
 from ssgp_ppl.entry import CatalogEntry, add_catalog, catalog_files, load_entry
 from ssgp_ppl.errors import CatalogWarning, SSGPError
 from ssgp_ppl.posterior import Posterior
+from ssgp_ppl.tables import TableOptions
 
 
 def _entry(model, settings) -> CatalogEntry:
@@ -46,7 +47,8 @@ def _toml(v) -> str:
 def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: str | None = None,
         method: str | None = None, seed: int = 0, steps: int | None = None,
         settings: dict | list[str] | None = None, split: int = 0, x_test=None, y_test=None,
-        progress: bool = False) -> Posterior:
+        test=None, inputs=None, drop=None, dropna: bool = False, encode: str | None = None,
+        dates: str | None = None, progress: bool = False) -> Posterior:
     """Fit a catalog model and return its :class:`~ssgp_ppl.posterior.Posterior`.
 
     ``model``: a catalog name (``ssgp_ppl.catalog()``), a TOML path or a loaded entry;
@@ -56,15 +58,24 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     ``split`` says (the posterior then carries the test scores in ``metrics``); or ``x`` (n, d),
     ``y`` (n,) arrays, all of them training rows, scored on ``x_test``, ``y_test`` if given.
     ``method``: one of ``ssgp_ppl.methods.REGISTRY`` (default: the entry's own).
+    A file or DataFrame ``data`` (:class:`~ssgp_ppl.tables.TableOptions`): ``inputs`` / ``drop``
+    choose the input columns (a list or ``"a,b"``), ``dropna`` drops rows with missing values,
+    ``encode="onehot"`` turns text columns into 0/1 inputs, ``dates="numeric"`` date columns into
+    days since 1970-01-01; ``test`` a file or DataFrame of test rows (then every row of ``data``
+    trains). The posterior's ``predict`` takes a DataFrame of the same columns.
     """
     entry = _entry(model, settings)
     lik = entry.lik
     scaling = entry.config["data"]["x_scaling"]
     if data is not None and (x is not None or y is not None):
         raise SSGPError("give either data= or x=, y=, not both")
+    table = TableOptions.of(inputs, drop, dropna, encode, dates)
+    if data is None and (test is not None or not table.is_default):
+        raise SSGPError("test=, inputs=, drop=, dropna=, encode= and dates= apply to data= "
+                        "(a file or DataFrame)")
     if data is not None:
         ds = datasets.load(data, split=split, target=target, x_scaling=scaling,
-                           target_kind=lik.target)
+                           target_kind=lik.target, table=table, test=test)
     elif x is not None and y is not None:
         ds = datasets.from_arrays(x, y, x_test, y_test, x_scaling=scaling, target_kind=lik.target)
     else:

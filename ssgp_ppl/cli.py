@@ -42,7 +42,9 @@ _non_negative = _integer(0, "an integer >= 0")
 # the fit arguments a run directory's run.json records (what --resume restores)
 RUN_ARGS = ("model", "data", "target", "split", "subsample", "data_dir", "x_scaling",
             "extra_noise_inputs", "threshold", "seed", "sets", "x64", "method", "steps",
-            "select_beta", "checkpoint_every")
+            "select_beta", "checkpoint_every", "inputs", "drop", "dropna", "encode", "dates",
+            "test")
+TABLE_ARGS = ("inputs", "drop", "dropna", "encode", "dates", "test")
 
 
 def _resume_args(args, defaults) -> None:
@@ -62,8 +64,8 @@ def _resume_args(args, defaults) -> None:
                         "`ssgp-ppl fit --out DIR`")
     try:
         saved = json.loads(path.read_text())
-        for k in RUN_ARGS:
-            setattr(args, k, saved[k])
+        for k in RUN_ARGS:  # the table options may be absent (they keep their defaults)
+            setattr(args, k, saved[k] if k not in TABLE_ARGS else saved.get(k, getattr(args, k)))
         catalogs = saved.get("catalog", [])
     except (ValueError, KeyError, TypeError) as e:
         raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
@@ -78,9 +80,9 @@ def _run_record(args) -> dict:
     """run.json: the fit's arguments, with files and directories as absolute paths (so that
     ``--resume`` works from any directory) and the user catalogs in use."""
     rec = {k: getattr(args, k) for k in RUN_ARGS}
-    for k in ("model", "data"):
+    for k in ("model", "data", "test"):
         p = Path(str(rec[k])).expanduser()
-        if p.suffix and p.exists():  # a file (a .toml entry, a CSV), not a catalog/data set name
+        if rec[k] is not None and p.suffix and p.exists():  # a file, not a catalog/data set name
             rec[k] = str(p.resolve())
     if rec["data_dir"]:
         rec["data_dir"] = str(Path(rec["data_dir"]).expanduser().resolve())
@@ -125,6 +127,18 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--threshold", type=float,
                        help="probit entries: the class is 1 where the target exceeds this "
                        "(default: the training split's median)")
+        t = q.add_argument_group("your own table (a CSV/Parquet --data file)")
+        t.add_argument("--inputs", metavar="COL,…", help="the input columns (default: all but "
+                       "the target)")
+        t.add_argument("--drop", metavar="COL,…", help="columns that are not inputs")
+        t.add_argument("--dropna", action="store_true",
+                       help="drop rows with a missing value in a used column (default: an error)")
+        t.add_argument("--encode", choices=("onehot",),
+                       help="text (categorical) columns become one 0/1 input per category")
+        t.add_argument("--dates", choices=("numeric",),
+                       help="date columns become days since 1970-01-01")
+        t.add_argument("--test", metavar="FILE", help="score on this file's rows (same columns); "
+                       "every row of --data then trains")
         q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
         q.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a catalog key, e.g. --set m=50 --set svi.lr=0.005")
@@ -163,7 +177,10 @@ def _parser() -> argparse.ArgumentParser:
 
     c = add("compare", help="fit every method of an entry plus NUTS; write a report")
     data_args(c)
-    c.add_argument("--out", help="output directory (default reports/<model>-<data>)")
+    c.add_argument("--out", help="output directory (default runs/<model>-<data>-compare)")
+    c.add_argument("--steps", type=_positive, help="SVI/ML steps and NCVMP iterations of every method")
+    c.add_argument("--samples", type=_positive, help="the reference's draws per chain")
+    c.add_argument("--chains", type=_positive, help="the reference's chains")
     return p
 
 
@@ -214,8 +231,11 @@ def _setup_jax(x64: bool, distributed: tuple | None = None) -> None:
 
 def _load_data(args, entry):
     from ssgp_ppl.datasets import load
+    from ssgp_ppl.tables import TableOptions
 
+    table = TableOptions.of(args.inputs, args.drop, args.dropna, args.encode, args.dates)
     return load(args.data, split=args.split, data_dir=args.data_dir, target=args.target,
+                table=table, test=args.test,
                 subsample=args.subsample,
                 x_scaling=args.x_scaling or entry.config["data"]["x_scaling"],
                 extra_noise_inputs=args.extra_noise_inputs,
@@ -344,11 +364,12 @@ def cmd_fit(args) -> int:
 
 
 def cmd_compare(args) -> None:
-    from ssgp_ppl.report import compare
+    from ssgp_ppl.report import budget, compare
 
     entry = _entry(args)
     data = _load_data(args, entry)
-    out = Path(args.out or f"reports/{entry.name}-{data.name}")
+    entry = budget(entry, data.n_train, steps=args.steps, samples=args.samples, chains=args.chains)
+    out = Path(args.out or f"runs/{entry.name}-{data.name}-compare")
     records = compare(entry, data, out, seed=args.seed, progress=not args.no_progress)
     rows = [{**r, "method": f"{r['method']} (reference, "
              f"{'converged' if r['reference']['converged'] else 'NOT CONVERGED'})"}

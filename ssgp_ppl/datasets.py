@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.tables import TableEncoding, TableOptions, prepare
 
 __all__ = [
     "KNOWN",
@@ -133,6 +134,8 @@ class Dataset(NamedTuple):
     feature_names: tuple[str, ...]
     target_name: str
     split: int
+    encoding: TableEncoding | None = None  # how a table's columns became the inputs
+    preparation: dict | None = None  # what was done to the table (options, rows dropped, …)
 
     @property
     def n_train(self) -> int:
@@ -188,6 +191,8 @@ def load(
     extra_noise_inputs: int = 0,
     target_kind: str = "continuous",
     threshold: float | None = None,
+    table: TableOptions | None = None,
+    test: str | Path | pd.DataFrame | None = None,
 ) -> Dataset:
     """Load a named data set (see :data:`KNOWN`) or a data file, split and standardise it.
 
@@ -209,6 +214,10 @@ def load(
             exceeds ``threshold``, default the training split's median; for the probit
             likelihood) or ``"count"`` (raw non-negative integers, for the Poisson likelihood);
             binary and count targets are not scaled.
+        table: for a data file or DataFrame, which columns and rows are used and how text and
+            date columns become inputs (:class:`~ssgp_ppl.tables.TableOptions`).
+        test: a data file or DataFrame with the same columns: every row of the data is then a
+            training row and these are the test rows (encoded as the training table was).
     """
     if target_kind not in ("continuous", "binary", "count"):
         raise SSGPError(f"target_kind must be continuous, binary or count, got {target_kind!r}")
@@ -228,11 +237,11 @@ def load(
     if test_fraction is not None and not (0.0 < float(test_fraction) < 1.0):
         raise SSGPError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction!r}")
 
+    table = TableOptions() if table is None else table
     if isinstance(name_or_path, pd.DataFrame):
-        return _split_and_scale(*_frame_arrays(name_or_path, target, "the DataFrame"), "dataframe",
-                                ("perm", 0.1 if test_fraction is None else float(test_fraction)),
-                                split, subsample, extra_noise_inputs, x_scaling, target_kind,
-                                threshold)
+        return _load_table(name_or_path, "the DataFrame", "dataframe", target, table, test,
+                           test_fraction, split, subsample, extra_noise_inputs, x_scaling,
+                           target_kind, threshold)
     if not isinstance(name_or_path, str | os.PathLike):
         raise SSGPError(f"data set must be a name, a file path or a pandas DataFrame, got "
                         f"{type(name_or_path).__name__}")
@@ -244,6 +253,10 @@ def load(
     key = _ALIASES.get(key, key)
 
     if key in KNOWN:
+        if not table.is_default or test is not None:
+            what = "--test" if table.is_default else "--inputs/--drop/--dropna/--encode/--dates"
+            raise SSGPError(f"{what} applies to data files and DataFrames, not to the data set "
+                            f"'{key}'")
         name = key
         x, y, feats, tname, split_spec = _load_named(
             name, split, data_dir, subsample, test_fraction
@@ -260,12 +273,43 @@ def load(
             if _looks_like_path(raw_name):
                 raise SSGPError(f"unknown data set '{raw_name}': no such file; known: {known}")
             raise SSGPError(f"unknown data set '{raw_name}'; known: {known}")
-        x, y, feats, tname = _read_table(path, target)
-        name = _file_stem(path)
-        frac = 0.1 if test_fraction is None else float(test_fraction)
-        split_spec = ("perm", frac)
+        return _load_table(_read_table(path), f"'{path}'", _file_stem(path), target, table, test,
+                           test_fraction, split, subsample, extra_noise_inputs, x_scaling,
+                           target_kind, threshold)
     return _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample,
                             extra_noise_inputs, x_scaling, target_kind, threshold)
+
+
+def _load_table(df, where, name, target, table, test, test_fraction, split, subsample,
+                extra_noise_inputs, x_scaling, target_kind, threshold) -> Dataset:
+    """A user's table (file or DataFrame) as a Dataset: :func:`~ssgp_ppl.tables.prepare` fits the
+    encoding; with ``test`` (a file or DataFrame) its rows are the test rows, else a seeded
+    permutation keeps ``test_fraction`` (default 0.1) of the rows for testing."""
+    x, y, encoding, record = prepare(df, target, table, where)
+    _check_finite_array(x, y, where, encoding.feature_names, encoding.target)
+    if test is None:
+        spec = ("perm", 0.1 if test_fraction is None else float(test_fraction))
+    else:
+        if test_fraction is not None:
+            raise SSGPError("give test_fraction or a test file, not both")
+        if isinstance(test, pd.DataFrame):
+            test_df, test_where = test, "the test DataFrame"
+        else:
+            tpath = Path(test).expanduser()
+            if not tpath.is_file():
+                raise SSGPError(f"test file '{test}' not found")
+            test_df, test_where = _read_table(tpath), f"'{tpath}'"
+        xt, yt, dropped = encoding.transform(test_df, test_where, dropna=table.dropna)
+        if not len(xt):
+            raise SSGPError(f"{test_where} has no rows")
+        _check_finite_array(xt, yt, test_where, encoding.feature_names, encoding.target)
+        record |= {"test": str(test) if not isinstance(test, pd.DataFrame) else "DataFrame",
+                   "test_rows_dropped": dropped}
+        spec = ("mask", np.r_[np.zeros(len(x), bool), np.ones(len(xt), bool)])
+        x, y = np.concatenate([x, xt]), np.concatenate([y, yt])
+    data = _split_and_scale(x, y, encoding.feature_names, encoding.target, name, spec, split,
+                            subsample, extra_noise_inputs, x_scaling, target_kind, threshold)
+    return data._replace(encoding=encoding, preparation=record)
 
 
 def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, extra_noise_inputs,
@@ -705,7 +749,7 @@ def _sniff_sep(path: Path, compressed: bool) -> str:
     return r"\s+"
 
 
-def _read_table(path: Path, target: str | None):
+def _read_table(path: Path) -> pd.DataFrame:
     low = path.name.lower()
     if not any(low.endswith(suf) for suf in _FILE_SUFFIXES):
         raise SSGPError(
@@ -723,49 +767,18 @@ def _read_table(path: Path, target: str | None):
                 sep = "\t"
             else:
                 sep = _sniff_sep(path, compressed)
+            # pandas renames a repeated header name (y, y -> y, y.1): read the header as data
+            header = [str(c) for c in pd.read_csv(path, sep=sep, header=None, nrows=1,
+                                                  engine="c", dtype=str).iloc[0]]
+            dup = sorted({c for c in header if header.count(c) > 1})
+            if dup:
+                raise SSGPError(f"data file '{path}' has duplicate column names: {', '.join(dup)}")
             df = pd.read_csv(path, sep=sep, header=0, engine="c")
     except pd.errors.EmptyDataError:
         raise SSGPError(f"data file '{path}' is empty") from None
     except (ValueError, OSError, ImportError, pd.errors.ParserError) as e:
         raise SSGPError(f"cannot read data file '{path}': {_one_line(e)}") from None
-    return _frame_arrays(df, target, path)
-
-
-def _frame_arrays(df: pd.DataFrame, target: str | None, path):
-    """Inputs, target, input names and target name of a table (``path`` names it in errors)."""
-    df = df.copy()
-    cols = [str(c) for c in df.columns]
-    df.columns = cols
-    if len(set(cols)) != len(cols):
-        dup = sorted({c for c in cols if cols.count(c) > 1})
-        raise SSGPError(f"data file '{path}' has duplicate column names: {', '.join(dup)}")
-    if df.shape[1] == 0 or df.shape[0] == 0:
-        raise SSGPError(f"data file '{path}' is empty (no data rows)")
-    if target is None:
-        target = cols[-1]
-    elif target not in cols:
-        raise SSGPError(
-            f"target column '{target}' not found in '{path}'; available: {', '.join(cols)}"
-        )
-    inputs = [c for c in cols if c != target]
-    if not inputs:
-        raise SSGPError(f"data file '{path}' has no input columns besides target '{target}'")
-
-    non_numeric = [
-        c
-        for c in cols
-        if not (pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c]))
-    ]
-    bad_inputs = [c for c in non_numeric if c != target]
-    if bad_inputs:
-        raise SSGPError(f"non-numeric input columns in '{path}': {', '.join(bad_inputs)}")
-    if target in non_numeric:
-        raise SSGPError(f"target column '{target}' in '{path}' is not numeric")
-
-    x = df[inputs].to_numpy(dtype=np.float64)
-    y = df[target].to_numpy(dtype=np.float64)
-    _check_finite_array(x, y, f"'{path}'", tuple(inputs), target)
-    return np.ascontiguousarray(x), np.ascontiguousarray(y), tuple(inputs), target
+    return df
 
 
 # --------------------------------------------------------------------------------------------

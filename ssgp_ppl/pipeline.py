@@ -9,6 +9,7 @@ fitted here first by :func:`prerequisites` and handed over explicitly.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 import jax
@@ -81,7 +82,7 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
     else:
         post = m.run(entry, data, seed=seed, steps=steps, progress=progress, inputs=inputs,
                      checkpoint=checkpoint, client=client)
-    post = post.replace(feature_names=data.feature_names)
+    post = post.replace(feature_names=data.feature_names, encoding=data.encoding)
     return evaluate(post, data, seed=seed, client=client, progress=progress)
 
 
@@ -123,7 +124,10 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
             path=("draw", np.asarray(post.path_of_draw)))
         ds.attrs.update(combine=post.info.combine, path_weights=list(post.info.path_weights))
         dt["posterior"] = xr.DataTree(ds)
-    dt.attrs.update(model=post.model, method=post.method, dataset=data.name)
+    dt.attrs.update(model=post.model, method=post.method, dataset=data.name,
+                    inputs=list(data.feature_names), target=data.target_name)
+    if data.preparation is not None:  # a user's table: columns, rows dropped, encodings
+        dt.attrs["data_preparation"] = json.dumps(data.preparation)
     fit_seconds = post.info.fit_seconds
     if post.rule.fits_at_prediction:  # the local fits are the fit, even though predict runs them
         fit_seconds, predict_seconds = fit_seconds + predict_seconds, 0.0

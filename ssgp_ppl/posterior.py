@@ -32,6 +32,7 @@ from ssgp_ppl.predictive import (
     prediction,
     rule_from_state,
 )
+from ssgp_ppl.tables import TableEncoding
 
 if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.entry import CatalogEntry
@@ -112,6 +113,7 @@ class Posterior:
     sample_stats: xr.Dataset | None = None  # a sampler's own statistics (NUTS: energy, …)
     params: dict | None = None  # fitted guide / type-II parameters (constrained; SVI and ML)
     feature_names: tuple = ()  # the training inputs' columns (a DataFrame given to predict)
+    encoding: TableEncoding | None = None  # a user table's encoding (applied to predict's DataFrame)
     path_of_draw: np.ndarray | None = None  # multi-path fits: the path of each draw (S,)
     path_posteriors: tuple = ()  # multi-path fits: each path's own posterior (not saved)
     test: Prediction | None = None
@@ -179,7 +181,9 @@ class Posterior:
         """The predictive of y* at ``x_new`` (n*, d) raw inputs in the training data's columns and
         units: mean, variance, one y* draw per posterior draw, ``interval(level)``; original units
         of the target."""
-        if isinstance(x_new, pd.DataFrame):  # the training inputs' columns, by name
+        if isinstance(x_new, pd.DataFrame) and self.encoding is not None:  # as the training table
+            x_new = self.encoding.transform(x_new, "predict's DataFrame", target=False)[0]
+        elif isinstance(x_new, pd.DataFrame):  # the training inputs' columns, by name
             x_new = x_new.rename(columns=str)
             missing = [c for c in self.feature_names if c not in x_new.columns]
             if missing or not self.feature_names:
@@ -235,6 +239,7 @@ class Posterior:
                 "method": self.method, "dataset": self.dataset, "rule": rule_attrs,
                 "info": dataclasses.asdict(self.info), "y_centre": self.y_centre,
                 "feature_names": list(self.feature_names),
+                "encoding": None if self.encoding is None else self.encoding.to_json(),
                 "sites": list(self.sites), "sites_in_datatree": in_tree,
                 "test": None if self.test is None else {"y_scale": self.test.y_scale,
                                                         "y_shift": self.test.y_shift,
@@ -292,4 +297,6 @@ def load(path: str | Path, make_entry) -> Posterior:
                      test=test, metrics=meta["metrics"], params=params or None,
                      path_of_draw=arrays.get("path_of_draw"),
                      feature_names=tuple(meta["feature_names"]),
+                     encoding=TableEncoding.from_json(meta["encoding"]) if meta.get("encoding")
+                     else None,
                      datatree=tree if tree.children else None)

@@ -38,6 +38,7 @@ from ssgp_ppl.metrics import coverage_curve
 from ssgp_ppl.paths import SCREEN_DRAWS, combine, split_chains
 from ssgp_ppl.pipeline import evaluate, fit, metrics_record
 from ssgp_ppl.posterior import Handoff, Posterior
+from ssgp_ppl.status import step
 
 # settings of a quick run (notebooks and tests at SSGP_PPL_SMALL=1): every method still runs
 SMALL_SETTINGS = ("svi.steps=400", "svi.min_steps=0", "svi.paths=2", "ml.steps=300", "nuts.warmup=100",
@@ -68,6 +69,26 @@ def methods_to_run(entry: CatalogEntry, n_train: int = 0) -> list[str]:
     if ref.name not in names and entry.latent_sites and n_train <= REFERENCE_MAX_ROWS:
         names.append(ref.name)
     return names
+
+
+# the catalog keys a budget flag of ``compare`` sets, per method
+BUDGET_KEYS = {"steps": {"ml": "steps", "svi": "steps", "ncvmp": "max_iter"},
+               "samples": {"nuts": "samples", "smc": "samples"},
+               "chains": {"nuts": "chains", "smc": "chains"}}
+
+
+def budget(entry: CatalogEntry, n_train: int = 0, **given: int | None) -> CatalogEntry:
+    """``entry`` with ``compare``'s budget set for every method it runs: ``steps`` (SVI / ML
+    steps, NCVMP iterations), ``samples`` and ``chains`` (the reference's draws per chain and
+    chains). A budget left at None keeps the catalog's value."""
+    sets = []
+    for flag, value in given.items():
+        if value is None:
+            continue
+        for method in methods_to_run(entry, n_train):
+            if (key := BUDGET_KEYS[flag].get(method)) is not None:
+                sets.append(f"inference.{method}.{key}={value}")
+    return entry.with_overrides(sets) if sets else entry
 
 
 def _png(fig) -> str:
@@ -281,6 +302,19 @@ def replicate_floor(ref_inv, *, seed: int = 0) -> dict | None:
                                            ref_inv.isel(chain=slice(half, None)), seed=seed)
 
 
+def _evaluate_record(r, label: str, data: Dataset, y_test, loo_pit: dict) -> dict:
+    """A run's record: the ``fit`` metrics, the coverage curve and PSIS-LOO (its LOO-PIT into
+    ``loo_pit``)."""
+    rec = metrics_record(r, data) | {"method": label}
+    rec["loo_seconds"] = float(r.info.loo_seconds)
+    rec["coverage_curve"] = {"nominal": LEVELS.tolist(),
+                             "empirical": coverage_curve(y_test, r.mean, r.var, LEVELS)[1].tolist()}
+    loo = loo_summary(r.datatree)
+    if loo is not None:
+        rec["loo"], loo_pit[label] = loo
+    return rec
+
+
 def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             progress: bool = True) -> list[dict]:
     """Fit every method of ``entry`` (plus the reference where possible) on one split, write the
@@ -316,14 +350,8 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
                                data, seed=seed)
             runs.append((f"{method}-chains-stacked", stacked))
         for label, r in runs:
-            rec = metrics_record(r, data) | {"method": label}
-            rec["loo_seconds"] = float(r.info.loo_seconds)
-            rec["coverage_curve"] = {"nominal": LEVELS.tolist(),
-                                     "empirical": coverage_curve(y_test, r.mean, r.var,
-                                                                 LEVELS)[1].tolist()}
-            loo = loo_summary(r.datatree)
-            if loo is not None:
-                rec["loo"], loo_pit[label] = loo
+            with step(f"{label}: coverage and PSIS-LOO", progress):
+                rec = _evaluate_record(r, label, data, y_test, loo_pit)
             if r is res and methods.get(method).reference:
                 rec["reference"] = reference_health(r.datatree, r.info)
             if r.info.paths:
@@ -352,8 +380,9 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     write_json(out / "comparison.json", {"format": REPORT_FORMAT, "model": entry.name,
                                          "dataset": data.name, "split": data.split, "seed": seed,
                                          "methods": records})
-    write_text_atomic(out / "report.html", _html(entry, data, seed, records, results, ref_label,
-                                                 loo_pit))
+    with step(f"report: plots and {out / 'report.html'}", progress):
+        page = _html(entry, data, seed, records, results, ref_label, loo_pit)
+    write_text_atomic(out / "report.html", page)
     return records
 
 

@@ -40,3 +40,15 @@ def test_compare_report_sections(pendulum, tmp_path):
     assert ("NOT CONVERGED" in html) == (not h["converged"])
     for method in ("svi-one-path", "svi", "smc", "smc-chains-stacked"):
         assert (tmp_path / f"posterior_{method}.nc").exists()
+
+
+def test_compare_budget_sets_every_method_it_runs():
+    from ssgp_ppl.entry import load_entry
+    from ssgp_ppl.report import budget
+
+    e = budget(load_entry("tan_va_svi"), 315, steps=40, samples=30, chains=2)
+    assert e.settings("svi")["steps"] == 40
+    assert (e.settings("smc")["samples"], e.settings("smc")["chains"]) == (30, 2)
+    e = budget(load_entry("tan_va"), 315, steps=7)
+    assert e.settings("ncvmp")["max_iter"] == 7
+    assert budget(load_entry("ssgp"), 315, samples=30).config == load_entry("ssgp").config

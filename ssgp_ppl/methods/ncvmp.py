@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer.util import log_density
 
-from ssgp_ppl import ncvmp
+from ssgp_ppl import ncvmp, status
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.inference import site_values
 from ssgp_ppl.methods import common
@@ -105,8 +105,12 @@ class NCVMPMethod(Method):
         given = inputs is not None and inputs.spectral_points is not None
         sets = spec.spectral_points[None] if given else spectral_candidates(entry, spec, s.restarts)
         ybar = jnp.mean(y)
-        res = ncvmp.fit_ncvmp(x, y - ybar, sets, prior, settings)
-        jax.block_until_ready(res)
+        what = (f"{entry.name}: NCVMP ({settings.algorithm}) on {len(sets)} spectral set"
+                f"{'s' if len(sets) > 1 else ''}, at most {settings.max_iter} iterations in one "
+                "compiled run")
+        with status.step(what, progress):
+            res = ncvmp.fit_ncvmp(x, y - ybar, sets, prior, settings)
+            jax.block_until_ready(res)
         fit_seconds = time.perf_counter() - t0
         t_loo = time.perf_counter()  # draws of q and their densities: LOO bookkeeping
         num = entry.config["predictive"]["samples"]

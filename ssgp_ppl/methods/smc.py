@@ -25,6 +25,7 @@ import numpy as np
 from arviz_base import from_numpyro
 from numpyro import handlers
 
+from ssgp_ppl import status
 from ssgp_ppl.datatree import DIMS
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.inference import reparam_for_nuts, run_nuts, site_values
@@ -117,9 +118,13 @@ class SMCMethod(PosteriorSampler):
         model, collapsed = target_model(entry, spec, type2, s.collapse)
         x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
         t0 = time.perf_counter()
-        runs = tempered_smc_runs(model, x, y, runs=s.runs, particles=s.particles,
-                                 mcmc_steps=s.mcmc_steps, integration_steps=s.integration_steps,
-                                 target_ess=s.target_ess, seed=seed + SMC_SEED_OFFSET)
+        what = (f"{entry.name}: tempered SMC, {s.runs} run{'s' if s.runs > 1 else ''} × "
+                f"{s.particles} particles × {s.mcmc_steps} HMC moves a temperature, one compiled "
+                "run (then NUTS chains from its particles)")
+        with status.step(what, progress):
+            runs = tempered_smc_runs(model, x, y, runs=s.runs, particles=s.particles,
+                                     mcmc_steps=s.mcmc_steps, integration_steps=s.integration_steps,
+                                     target_ess=s.target_ess, seed=seed + SMC_SEED_OFFSET)
         smc_seconds = time.perf_counter() - t0
         inv = [_scalar_invariants(site_values(model, {}, {k: jnp.asarray(v) for k, v in
                                                            r.samples.items()}, x[:1]))

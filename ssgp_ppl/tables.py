@@ -1,0 +1,218 @@
+"""From a user's table to model inputs: which columns, which rows, how non-numeric columns become
+numbers.
+
+:class:`TableOptions` is what the user asks (``--inputs``, ``--drop``, ``--dropna``,
+``--encode onehot``, ``--dates numeric``); :func:`prepare` fits a :class:`TableEncoding` on the
+training table (the input columns, the categories of each one-hot column, the date columns) and
+returns the numeric inputs; :meth:`TableEncoding.transform` applies the same encoding to another
+table (``--test FILE``, ``Posterior.predict`` of a DataFrame), refusing a category it never saw.
+The encoding is saved with the posterior and recorded in the DataTree's attributes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ssgp_ppl.errors import SSGPError
+
+ENCODINGS = ("none", "onehot")
+DATES = ("none", "numeric")
+DAY_NS = 86_400 * 10**9  # a date becomes days since 1970-01-01 (float)
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """How a table becomes inputs. ``inputs``: the input columns (default: every column but the
+    target and ``drop``); ``dropna``: drop rows with a missing value in a used column (else a
+    missing value is an error); ``encode="onehot"``: a categorical (text) column becomes one 0/1
+    input per category; ``dates="numeric"``: a date column becomes days since 1970-01-01."""
+
+    inputs: tuple[str, ...] | None = None
+    drop: tuple[str, ...] = ()
+    dropna: bool = False
+    encode: str = "none"
+    dates: str = "none"
+
+    def __post_init__(self):
+        if self.encode not in ENCODINGS:
+            raise SSGPError(f"encode must be one of {', '.join(ENCODINGS)}, got {self.encode!r}")
+        if self.dates not in DATES:
+            raise SSGPError(f"dates must be one of {', '.join(DATES)}, got {self.dates!r}")
+        if self.inputs is not None and self.drop:
+            raise SSGPError("give the input columns (inputs) or the columns to drop, not both")
+
+    @property
+    def is_default(self) -> bool:
+        return self == TableOptions()
+
+    @classmethod
+    def of(cls, inputs=None, drop=None, dropna=False, encode=None, dates=None) -> TableOptions:
+        """From the CLI / API forms: column lists as a sequence or one comma-separated string."""
+        def cols(v):
+            if v is None:
+                return None
+            items = v.split(",") if isinstance(v, str) else list(v)
+            out = tuple(str(c).strip() for c in items if str(c).strip())
+            if not out:
+                raise SSGPError(f"an empty column list: {v!r}")
+            return out
+
+        return cls(cols(inputs), cols(drop) or (), bool(dropna), encode or "none", dates or "none")
+
+
+@dataclass(frozen=True)
+class TableEncoding:
+    """The encoding fitted on the training table: per input column its kind (``numeric``,
+    ``date`` or ``onehot`` with its categories, sorted) and the target column."""
+
+    columns: tuple[tuple[str, str, tuple[str, ...]], ...]
+    target: str
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The model's input names: a one-hot column gives ``column=category`` per category."""
+        out = []
+        for name, kind, cats in self.columns:
+            out += [f"{name}={c}" for c in cats] if kind == "onehot" else [name]
+        return tuple(out)
+
+    def transform(self, df: pd.DataFrame, where: str, *, target: bool = True,
+                  dropna: bool = False) -> tuple[np.ndarray, np.ndarray | None, int]:
+        """(x (n, d), y (n,) or None, rows dropped) of another table with this encoding."""
+        df = df.rename(columns=str)
+        need = [c for c, _, _ in self.columns] + ([self.target] if target else [])
+        missing = [c for c in need if c not in df.columns]
+        if missing:
+            raise SSGPError(f"{where} lacks the column{'s' if len(missing) > 1 else ''} "
+                            f"{', '.join(missing)} the model was fitted on")
+        df, dropped = _missing(df[need], need, where, dropna)
+        parts = []
+        for name, kind, cats in self.columns:
+            col = df[name]
+            if kind == "numeric":
+                parts.append(_numeric(col, name, where)[:, None])
+            elif kind == "date":
+                parts.append(_days(col, name, where)[:, None])
+            else:
+                values = col.astype(str)
+                unseen = sorted(set(values) - set(cats))
+                if unseen:
+                    raise SSGPError(f"{where}: column '{name}' has categories the model never saw: "
+                                    f"{', '.join(unseen[:5])}{' …' if len(unseen) > 5 else ''}")
+                parts.append((values.to_numpy()[:, None] == np.asarray(cats)[None]).astype(float))
+        x = np.concatenate(parts, axis=1) if parts else np.zeros((len(df), 0))
+        y = _numeric(df[self.target], self.target, where, "target") if target else None
+        return np.ascontiguousarray(x), y, dropped
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TableEncoding:
+        d = json.loads(text)
+        return cls(tuple((c[0], c[1], tuple(c[2])) for c in d["columns"]), d["target"])
+
+
+def prepare(df: pd.DataFrame, target: str | None, options: TableOptions, where: str):
+    """Fit the encoding on ``df``: ``(x, y, encoding, record)``, where ``record`` says what was
+    done (options, rows dropped, encoded columns) for run.json and the DataTree's attributes."""
+    df = df.rename(columns=str)
+    cols = list(df.columns)
+    if len(set(cols)) != len(cols):
+        dup = sorted({c for c in cols if cols.count(c) > 1})
+        raise SSGPError(f"{where} has duplicate column names: {', '.join(dup)}")
+    if df.shape[1] == 0 or df.shape[0] == 0:
+        raise SSGPError(f"{where} is empty (no data rows)")
+    target = cols[-1] if target is None else target
+    if target not in cols:
+        raise SSGPError(f"target column '{target}' not found in {where}; available: {', '.join(cols)}")
+    for flag, names in (("inputs", options.inputs or ()), ("drop", options.drop)):
+        unknown = [c for c in names if c not in cols]
+        if unknown:
+            raise SSGPError(f"--{flag}: no column {', '.join(map(repr, unknown))} in {where}; "
+                            f"available: {', '.join(cols)}")
+        if target in names:
+            raise SSGPError(f"--{flag}: '{target}' is the target column")
+    inputs = list(options.inputs) if options.inputs is not None else \
+        [c for c in cols if c != target and c not in options.drop]
+    if not inputs:
+        raise SSGPError(f"{where} has no input columns besides target '{target}'")
+    kinds = []
+    for c in inputs:
+        kinds.append(_kind(df[c], c, where, options))
+    encoding = TableEncoding(tuple((c, k, ()) for c, k in zip(inputs, kinds, strict=True)), target)
+    used, dropped = _missing(df[[*inputs, target]], [*inputs, target], where, options.dropna)
+    if used.empty:
+        raise SSGPError(f"{where}: no rows left after dropping those with missing values")
+    encoding = dataclasses.replace(encoding, columns=tuple(
+        (c, k, tuple(sorted(set(used[c].astype(str)))) if k == "onehot" else ())
+        for c, k, _ in encoding.columns))
+    x, y, _ = encoding.transform(used, where)
+    record = {"options": dataclasses.asdict(options), "rows_dropped": dropped,
+              "columns": {c: k for c, k, _ in encoding.columns if k != "numeric"}}
+    return x, y, encoding, record
+
+
+def _kind(col: pd.Series, name: str, where: str, options: TableOptions) -> str:
+    """numeric, date or onehot; a non-numeric column without the option that encodes it is an
+    error saying which option to use."""
+    if pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
+        return "numeric"
+    if pd.api.types.is_datetime64_any_dtype(col) or _parses_as_dates(col):
+        if options.dates == "numeric":
+            return "date"
+        raise SSGPError(f"{where}: input column '{name}' holds dates; use --dates numeric (days "
+                        f"since 1970-01-01) or --drop {name}")
+    if options.encode == "onehot":
+        return "onehot"
+    n = col.dropna().astype(str).nunique()
+    raise SSGPError(f"{where}: input column '{name}' is not numeric (categorical, {n} values); use "
+                    f"--encode onehot or --drop {name}")
+
+
+def _parses_as_dates(col: pd.Series) -> bool:
+    values = col.dropna().astype(str)
+    if values.empty or values.str.fullmatch(r"[-+]?\d+(\.\d*)?").all():
+        return False
+    try:
+        pd.to_datetime(values.head(200), format="mixed")
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
+
+
+def _missing(df: pd.DataFrame, cols: list[str], where: str, dropna: bool):
+    """``df`` without its rows with a missing value (``dropna``), else an error naming the
+    columns and counts; also (the rows dropped)."""
+    na = df[cols].isna()
+    if not na.to_numpy().any():
+        return df, 0
+    if dropna:
+        keep = ~na.any(axis=1)
+        return df[keep], int((~keep).sum())
+    counts = na.sum()
+    parts = [f"'{c}' {int(k)}" for c, k in counts.items() if k]
+    raise SSGPError(f"{where}: missing values (column and count: {', '.join(parts)}); use "
+                    "--dropna to drop those rows")
+
+
+def _numeric(col: pd.Series, name: str, where: str, what: str = "input column") -> np.ndarray:
+    if not (pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)):
+        raise SSGPError(f"{what} '{name}' in {where} is not numeric")
+    return col.to_numpy(dtype=np.float64)
+
+
+def _days(col: pd.Series, name: str, where: str) -> np.ndarray:
+    try:
+        t = pd.to_datetime(col, format="mixed") if not pd.api.types.is_datetime64_any_dtype(col) \
+            else col
+    except (ValueError, TypeError, OverflowError) as e:
+        raise SSGPError(f"{where}: column '{name}' is not a date column ({e})") from None
+    if getattr(t.dt, "tz", None) is not None:
+        t = t.dt.tz_convert("UTC").dt.tz_localize(None)
+    return t.to_numpy(dtype="datetime64[ns]").astype(np.int64) / DAY_NS

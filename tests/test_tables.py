@@ -1,0 +1,114 @@
+"""A user's own table: choosing columns, dropping rows with missing values, one-hot categories and
+dates as numbers; the encoding is fitted on the training table, applied to a test file and to
+predict's DataFrame, saved with the posterior and recorded in run.json and the DataTree."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import ssgp_ppl
+from ssgp_ppl.datasets import load
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.tables import TableOptions, prepare
+
+
+def table(n=120, seed=0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    d = pd.DataFrame({
+        "when": pd.date_range("2020-01-01", periods=n, freq="D").strftime("%Y-%m-%d"),
+        "colour": rng.choice(["red", "green", "blue"], n),
+        "x": rng.normal(size=n),
+        "id": np.arange(n)})
+    d["y"] = np.sin(2 * d.x) + (d.colour == "red") + 0.01 * np.arange(n) + 0.1 * rng.normal(size=n)
+    return d
+
+
+def test_encoding_values_names_and_record():
+    d = table()
+    d.loc[[3, 7], "x"] = np.nan
+    opts = TableOptions.of(drop="id", dropna=True, encode="onehot", dates="numeric")
+    x, y, enc, rec = prepare(d, "y", opts, "t")
+    assert enc.feature_names == ("when", "colour=blue", "colour=green", "colour=red", "x")
+    keep = d.drop(index=[3, 7])
+    assert x.shape == (118, 5) and rec["rows_dropped"] == 2
+    # 2020-01-01 is day 18262 after 1970-01-01
+    np.testing.assert_array_equal(x[:, 0], 18262 + keep.index.to_numpy())
+    np.testing.assert_array_equal(x[:, 3], (keep.colour == "red").to_numpy(float))
+    np.testing.assert_array_equal(x[:, 1:4].sum(axis=1), 1.0)
+    np.testing.assert_array_equal(y, keep.y.to_numpy())
+    assert rec["columns"] == {"when": "date", "colour": "onehot"}
+    x2, y2, dropped = enc.transform(d, "again", dropna=True)  # the same table: the same arrays
+    np.testing.assert_array_equal(x2, x)
+    np.testing.assert_array_equal(y2, y)
+    assert dropped == 2
+
+
+@pytest.mark.parametrize("opts, words", [
+    (TableOptions.of(drop="id", encode="onehot"), ["'when' holds dates", "--dates numeric"]),
+    (TableOptions.of(drop="id", dates="numeric"), ["'colour' is not numeric", "3 values",
+                                                   "--encode onehot"]),
+    (TableOptions.of(inputs="x,nope"), ["--inputs: no column 'nope'"]),
+    (TableOptions.of(drop="y"), ["--drop: 'y' is the target column"]),
+])
+def test_what_is_missing_is_named_with_the_option_that_fixes_it(opts, words):
+    with pytest.raises(SSGPError) as e:
+        prepare(table(), "y", opts, "t")
+    assert all(w in str(e.value) for w in words), str(e.value)
+    with pytest.raises(SSGPError, match="not both"):
+        TableOptions.of(inputs="x", drop="id")
+
+
+def test_missing_values_are_an_error_unless_dropped():
+    d = table()
+    d.loc[5, "x"] = np.nan
+    with pytest.raises(SSGPError, match=r"missing values \(column and count: 'x' 1\); use --dropna"):
+        prepare(d, "y", TableOptions.of(inputs="x"), "t")
+    x, _, _, rec = prepare(d, "y", TableOptions.of(inputs="x", dropna=True), "t")
+    assert len(x) == len(d) - 1 and rec["rows_dropped"] == 1
+
+
+def test_unseen_category_and_missing_column_are_refused():
+    _, _, enc, _ = prepare(table(), "y", TableOptions.of(inputs="colour,x", encode="onehot"), "t")
+    other = table(10, seed=1)
+    other.loc[0, "colour"] = "mauve"
+    with pytest.raises(SSGPError, match="'colour' has categories the model never saw: mauve"):
+        enc.transform(other, "new")
+    with pytest.raises(SSGPError, match="lacks the column x"):
+        enc.transform(other.drop(columns="x"), "new")
+
+
+def test_repeated_header_is_refused(tmp_path):
+    p = tmp_path / "dup.csv"
+    p.write_text("a,y,y\n1,2,3\n4,5,6\n7,8,9\n")
+    with pytest.raises(SSGPError, match="duplicate column names: y"):
+        load(str(p), target="y")
+
+
+def test_test_file_rows_are_the_test_set_and_predict_takes_a_dataframe(tmp_path):
+    d = table(160)
+    d.iloc[:130].to_csv(tmp_path / "train.csv", index=False)
+    d.iloc[130:].to_csv(tmp_path / "test.csv", index=False)
+    opts = dict(drop="id", encode="onehot", dates="numeric")
+    data = load(str(tmp_path / "train.csv"), table=TableOptions.of(**opts),
+                test=str(tmp_path / "test.csv"))
+    assert (data.n_train, data.n_test) == (130, 30)
+    np.testing.assert_allclose(data.y_scaler.inverse(data.y_test), d.y.iloc[130:], rtol=1e-12)
+    with pytest.raises(SSGPError, match="applies to data files"):
+        load("pendulum", table=TableOptions.of(dropna=True))
+
+    post = ssgp_ppl.fit("ssgp", data=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"),
+                        settings={"ml.steps": 200, "m": 10}, **opts)
+    assert post.metrics["nmse"] < 0.5
+    again = post.predict(d.iloc[130:])  # the raw table, encoded as the training one
+    np.testing.assert_allclose(again.mean, post.test.mean, rtol=1e-5, atol=1e-6)
+    saved = ssgp_ppl.load(post.save(tmp_path / "post.nc"))
+    np.testing.assert_allclose(saved.predict(d.iloc[130:]).mean, again.mean, rtol=1e-6)
+    prep = json.loads(post.datatree.attrs["data_preparation"])
+    assert prep["columns"] == {"when": "date", "colour": "onehot"}
+    assert prep["options"]["encode"] == "onehot" and prep["test"].endswith("test.csv")
+    assert post.datatree.attrs["inputs"][:2] == ["when", "colour=blue"]
+    tree = xr.open_datatree(tmp_path / "post.nc", engine="h5netcdf")
+    assert json.loads(tree.attrs["data_preparation"]) == prep
