@@ -1,15 +1,12 @@
-"""Tables of the README generated from the archived JSON in reports/ (never typed by hand).
+"""The results tables of the docs site, made from the archived JSON in reports/ (never typed by
+hand); ``docs/gen_pages.py`` writes one page per entry of :data:`TABLES` at every docs build.
 
-    python scripts/readme_tables.py          # rewrite the generated blocks of README.md
-    python scripts/readme_tables.py --check  # exit 1 if README.md differs from the JSON
-
-A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- /generated -->``.
+    python scripts/results_tables.py SLUG    # print one table (catalog, multimodal, …)
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -70,30 +67,49 @@ def multimodal() -> str:
     return "\n".join([head, *lines])
 
 
-BLOCKS = {"catalog_metrics": catalog_metrics, "step_time": step_time, "multimodal": multimodal}
+def _archived_tables(path: str):
+    """A Markdown file a benchmark script writes from its JSON (e.g. benchmarks/tan_paper.py
+    tables), without its own title."""
+    def make() -> str:
+        lines = (ROOT / path).read_text().splitlines()
+        return "\n".join(ln[1:] if ln.startswith("### ") else ln for ln in lines
+                         if not ln.startswith("# ")).strip()
+    return make
 
 
-def render(text: str) -> str:
-    for name, make in BLOCKS.items():
-        # the block's content up to its own end marker (lazy: an empty block stays one block)
-        pattern = re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- /generated -->)", re.S)
-        if not pattern.search(text):
-            raise SystemExit(f"README.md has no generated block '{name}'")
-        text = pattern.sub(lambda m, make=make: m.group(1) + make() + "\n" + m.group(2), text)
-    return text
+# slug: (title, what produced it, the table)
+TABLES = {
+    "catalog": ("Catalog entries on pendulum and Auto-MPG",
+                "`python benchmarks/catalog_metrics.py` (split 0, each entry's catalog settings; "
+                "`reports/catalog_metrics.json`). Test metrics in original units of the target.",
+                catalog_metrics),
+    "multimodal": ("Multimodal posteriors: the reference, single and stacked VI",
+                   "`python benchmarks/multimodal.py` (`reports/multimodal.json`): per entry with "
+                   "latent variables, the reference's time and verdict (tempered SMC + NUTS "
+                   "polishing), its log evidence per SMC run, and the test NMSE / MNLP of the "
+                   "reference, of its chains stacked, of one VI run and of K stacked VI runs.",
+                   multimodal),
+    "step-time": ("Time per optimisation step",
+                  "`python benchmarks/step_time.py --plain-loop` (`reports/performance/"
+                  "step_time.json`): milliseconds per SVI / ML step of each catalog entry on "
+                  "pendulum, against a hand-written reference loss and a plain Python loop.",
+                  step_time),
+    "tan-2016": ("Tan et al. 2016: the paper's experiments",
+                 "`python benchmarks/tan_paper.py {pendulum,autompg,timing}` then "
+                 "`python benchmarks/tan_paper.py tables reports/tan/*.json` "
+                 "(`reports/tan/tables.md`).", _archived_tables("reports/tan/tables.md")),
+    "hoang-2017": ("sVBSSGP and VSSGP: Hoang et al. 2017's experiments",
+                   "`python benchmarks/svbssgp_paper.py {airline,kin40k,blog,nscan}` then "
+                   "`python benchmarks/svbssgp_tables.py reports/svbssgp/*.json` "
+                   "(`reports/svbssgp/tables.md`).", _archived_tables("reports/svbssgp/tables.md")),
+}
 
 
 def main() -> int:
-    path = ROOT / "README.md"
-    text = path.read_text()
-    new = render(text)
-    if "--check" in sys.argv[1:]:
-        if new != text:
-            print("README.md's generated tables differ from reports/*.json: run "
-                  "python scripts/readme_tables.py", file=sys.stderr)
-            return 1
-        return 0
-    path.write_text(new)
+    if len(sys.argv) != 2 or sys.argv[1] not in TABLES:
+        print(f"usage: python scripts/results_tables.py {{{','.join(TABLES)}}}", file=sys.stderr)
+        return 2
+    print(TABLES[sys.argv[1]][2]())
     return 0
 
 

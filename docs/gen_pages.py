@@ -1,0 +1,192 @@
+"""The generated pages of the docs site (run by the mkdocs-gen-files plugin at every build).
+
+- ``reference/catalog.md``: every built-in catalog entry (from ``ssgp_ppl/models/*.toml``) and every
+  component's settings (from the schema the components validate with);
+- ``reference/cli.md``: the ``--help`` of each command;
+- ``results/*.md``: tables made from the archived JSON in ``reports/`` (never typed by hand), and
+  the comparison reports themselves;
+- ``tutorials/*.md``: the notebooks in ``notebooks/``, executed at small size
+  (``SSGP_PPL_SMALL=1``), with their plots. Executed notebooks are cached by their source's hash in
+  ``$SSGP_PPL_DOCS_CACHE`` (default ``.docs_cache/``), so ``mkdocs serve`` runs them once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import mkdocs_gen_files
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from results_tables import TABLES  # noqa: E402
+
+from ssgp_ppl import methods  # noqa: E402
+from ssgp_ppl.api import catalog  # noqa: E402
+from ssgp_ppl.entry import BUILTIN_CATALOG, schema  # noqa: E402
+from ssgp_ppl.settings import Field  # noqa: E402
+
+
+def write(path: str, text: str) -> None:
+    with mkdocs_gen_files.open(path, "w") as f:
+        f.write(text)
+
+
+def _cell(v) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _field_rows(node: dict, prefix: str = "") -> list[str]:
+    rows = []
+    for key, f in node.items():
+        if isinstance(f, dict):
+            rows += _field_rows(f, f"{prefix}{key}.")
+            continue
+        assert isinstance(f, Field)
+        types = f.type if isinstance(f.type, tuple) else (f.type,)
+        allowed = ", ".join(f"`{c}`" for c in f.choices) if f.choices else ""
+        if f.low is not None or f.high is not None:
+            lo = "" if f.low is None else f"{'>' if f.open_low else '≥'} {f.low:g}"
+            hi = "" if f.high is None else f"≤ {f.high:g}"
+            allowed = " and ".join(s for s in (lo, hi) if s)
+        rows.append(f"| `{prefix}{key}` | {'/'.join(t.__name__ for t in types)} | "
+                    f"`{_cell(json.dumps(f.default, ensure_ascii=False))}` | {_cell(allowed)} | "
+                    f"{_cell(f.doc)} |")
+    return rows
+
+
+def catalog_page() -> str:
+    head = "| key | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |"
+    out = ["# Catalog reference", "",
+           "Generated from the built-in catalog (`ssgp_ppl/models/*.toml`) and from the settings "
+           "each component validates. The format is described in "
+           "[Catalog format](catalog-format.md); `ssgp-ppl models` lists the same entries.", "",
+           "## Entries", "", "| entry | methods | guide | objective | description |",
+           "| --- | --- | --- | --- | --- |"]
+    rows = catalog()
+    out += [f"| [`{r['name']}`](#{r['name']}) | {r['methods']} | {r['guide']} | "
+            f"{_cell(r['objective'])} | {_cell(r['description'])} |" for r in rows]
+    for r in rows:
+        text = (BUILTIN_CATALOG / f"{r['name']}.toml").read_text()
+        out += ["", f"### {r['name']}", "", _cell(r["description"]), "",
+                f"`ssgp_ppl/models/{r['name']}.toml`:", "", "```toml", text.rstrip(), "```"]
+    full = schema()
+    out += ["", "## Settings of each component", "",
+            "Every key a catalog file may set, with its default. `--set KEY=VALUE` (CLI) and "
+            "`settings={...}` (Python) override them by dotted path or by a leaf name that is "
+            "unique.", ""]
+    for section, node in full.items():
+        if section == "inference":
+            for name, sub in node.items():
+                if not isinstance(sub, dict):
+                    out += ["", "### [inference]", "", head, *_field_rows({name: sub}, "inference.")]
+                    continue
+                desc = methods.REGISTRY[name].description if name in methods.REGISTRY else ""
+                out += ["", f"### [inference.{name}]", "", _cell(desc), "", head,
+                        *_field_rows(sub)]
+        elif isinstance(node, dict):
+            out += ["", f"### [{section}]", "", head, *_field_rows(node)]
+        else:
+            out += ["", f"### `{section}` (top level)", "", head, *_field_rows({section: node})]
+    return "\n".join(out) + "\n"
+
+
+def cli_page() -> str:
+    from ssgp_ppl.cli import _parser
+
+    os.environ["COLUMNS"] = "100"
+    parser = _parser()
+    out = ["# CLI reference", "", "Generated from the command's own `--help`.", "",
+           "## ssgp-ppl", "", "```text", parser.format_help().rstrip(), "```"]
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, p in sub.choices.items():
+        out += ["", f"## ssgp-ppl {name}", "", "```text", p.format_help().rstrip(), "```"]
+    return "\n".join(out) + "\n"
+
+
+def results_pages() -> list[str]:
+    """One page per results table, and the comparison reports (their HTML copied as they are)."""
+    written = []
+    for slug, (title, intro, make) in TABLES.items():
+        write(f"results/{slug}.md", f"# {title}\n\n{intro}\n\n{make()}\n")
+        written.append(slug)
+    rows = ["| entry | data | method | NMSE | MNLP | 90% coverage | fit s | report |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for comp in sorted(ROOT.glob("reports/*/comparison.json")):
+        doc = json.loads(comp.read_text())
+        html = comp.parent / "report.html"
+        link = ""
+        if html.exists():
+            with mkdocs_gen_files.open(f"results/reports/{comp.parent.name}.html", "w") as f:
+                f.write(html.read_text())
+            link = f"[report](reports/{comp.parent.name}.html)"
+        for m in doc["methods"]:
+            rows.append(f"| `{doc['model']}` | {doc['dataset']} | {m['method']} | "
+                        f"{m['nmse']:.4g} | {m['mnlp']:.4g} | {m['coverage_90']:.3f} | "
+                        f"{m['fit_seconds']:.1f} | {link} |")
+    write("results/comparisons.md",
+          "# Comparison reports\n\n`ssgp-ppl compare ENTRY --data pendulum|autompg` for each "
+          "catalog entry (split 0): every method of the entry and the reference side by side. "
+          "Each report holds the calibration plots, PSIS-LOO, the posterior comparison on the "
+          "invariant quantities and the reference's verdict.\n\n" + "\n".join(rows) + "\n")
+    return written
+
+
+def tutorial_pages() -> None:
+    import jupytext
+    from nbclient import NotebookClient
+    from nbconvert import MarkdownExporter
+
+    cache = Path(os.environ.get("SSGP_PPL_DOCS_CACHE", ROOT / ".docs_cache"))
+    cache.mkdir(parents=True, exist_ok=True)
+    for path in sorted((ROOT / "notebooks").glob("*.py")):
+        source = path.read_bytes()
+        key = hashlib.sha256(source + b"small").hexdigest()[:16]
+        done = cache / f"{path.stem}-{key}.ipynb"
+        if done.exists():
+            import nbformat
+
+            nb = nbformat.read(done, as_version=4)
+        else:
+            nb = jupytext.reads(source.decode(), fmt="py:percent")
+            env = dict(os.environ)
+            os.environ["SSGP_PPL_SMALL"] = "1"
+            os.environ.setdefault("SSGP_PPL_REPORTS", str(cache / "reports"))
+            try:
+                NotebookClient(nb, timeout=900, kernel_name="python3", resources={
+                    "metadata": {"path": str(path.parent)}}).execute()
+            finally:
+                os.environ.clear()
+                os.environ.update(env)
+            import nbformat
+
+            tmp = done.with_suffix(".tmp")
+            nbformat.write(nb, tmp)
+            tmp.replace(done)
+        body, resources = MarkdownExporter().from_notebook_node(
+            nb, resources={"output_files_dir": f"{path.stem}_files"})
+        for name, data in resources.get("outputs", {}).items():
+            with mkdocs_gen_files.open(f"tutorials/{name}", "wb") as f:
+                f.write(data)
+        note = ("!!! note \"Executed at small size\"\n    This page is the notebook "
+                f"`notebooks/{path.name}` run with `SSGP_PPL_SMALL=1` (small budgets) when the "
+                "docs were built; run it yourself (`jupytext --to ipynb`, or `jupytext "
+                "--execute`) for the full-size figures.\n\n")
+        lines = body.splitlines(keepends=True)
+        first = next((i for i, ln in enumerate(lines) if ln.startswith("# ")), None)
+        if first is None:  # no title cell: the file name is the title
+            text = f"# {path.stem.replace('_', ' ')}\n\n{note}{body}"
+        else:
+            text = "".join(lines[:first + 1]) + "\n" + note + "".join(lines[first + 1:])
+        write(f"tutorials/{path.stem}.md", text)
+
+
+write("reference/catalog.md", catalog_page())
+write("reference/cli.md", cli_page())
+results_pages()
+if os.environ.get("SSGP_PPL_DOCS_NOTEBOOKS", "1") != "0":
+    tutorial_pages()

@@ -1,0 +1,69 @@
+"""The README and the docs site: the README is short and its examples are valid; the site builds
+with ``mkdocs build --strict`` (any warning fails), which executes every notebook in notebooks/ at
+small size (SSGP_PPL_SMALL=1) and renders it with its plots, and generates the catalog, CLI and
+results pages from the code and the archived JSON."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ssgp_ppl.entry import BUILTIN_CATALOG, load_entry
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.py"))
+
+
+def test_readme_is_a_short_users_page():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.encode()) <= 12 * 1024
+    assert not re.search(r"\bissue \d|\bsession\b|before the fix", text, re.I)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/guide/adding-a-model.md"])
+def test_toml_examples_are_valid_entries(page, tmp_path):
+    blocks = re.findall(r"```toml\n(.+?)```", (ROOT / page).read_text(), re.S)
+    assert blocks
+    for i, text in enumerate(blocks):
+        p = tmp_path / f"example{i}.toml"
+        p.write_text(text)
+        entry = load_entry(p)
+        assert entry.config["model"]["spectral_density"] == "matern32"
+
+
+def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
+    env = {**os.environ, "SSGP_PPL_DOCS_CACHE": str(tmp_path / "cache"),
+           "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
+    env.pop("SSGP_PPL_SMALL", None)
+    site = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+    for path in NOTEBOOKS:  # each ran top to bottom and printed its scores
+        (done,) = (tmp_path / "cache").glob(f"{path.stem}-*.ipynb")
+        nb = nbformat.read(done, as_version=4)
+        text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                       for o in c.get("outputs", []))
+        assert "nmse" in text or "rmse" in text, path.stem
+        page = (site / "tutorials" / path.stem / "index.html").read_text()
+        assert "Executed at small size" in page
+
+    catalog = (site / "reference" / "catalog" / "index.html").read_text()
+    for p in BUILTIN_CATALOG.glob("*.toml"):
+        assert f'id="{p.stem}"' in catalog, p.stem
+    assert "inference.svi" in catalog and "spectral_density" in catalog
+    cli = (site / "reference" / "cli" / "index.html").read_text()
+    assert "--encode" in cli and "--catalog" in cli and "--samples" in cli
+    api = (site / "reference" / "api" / "index.html").read_text()
+    assert "ssgp_ppl.api.fit" in api and "TableOptions" in api
+    # the results pages carry the archived figures, formatted from the JSON
+    doc = json.loads((ROOT / "reports" / "catalog_metrics.json").read_text())
+    results = (site / "results" / "catalog" / "index.html").read_text()
+    for rec in doc["records"][:5]:
+        assert f"{rec['nmse']:.4g}" in results
