@@ -50,6 +50,22 @@ def _relative_ess(dt: xr.DataTree) -> float:
     return float(min(1.0, float(ess(lp, method="bulk")) / lp.size))
 
 
+def vi_loo_weights(dt: xr.DataTree) -> xr.Dataset:
+    """The importance-corrected PSIS-LOO weights of VI draws (Yao et al. 2018): per draw s and
+    left-out row i, log w_si ∝ log p(θ_s, y) − log q(θ_s) − log p(y_i | θ_s), Pareto-smoothed.
+    ``arviz_stats.loo(dt, log_weights=w["y"], pareto_k=w["pareto_k"])`` with them gives the same
+    elpd as ``loo_approximate_posterior``; plain ``loo(dt)`` would treat q's draws as the
+    posterior's."""
+    import arviz_stats  # noqa: F401  (registers the .azstats accessor)
+
+    ll = dt["log_likelihood"]["y"]
+    lp, lq = dt["sample_stats"]["lp"], dt["sample_stats"]["log_q"]
+    with warnings.catch_warnings():  # k̂ warnings: the caller reports k̂
+        warnings.simplefilter("ignore", UserWarning)
+        log_w, k = (ll - (lp - lq)).azstats.psislw(dim=["chain", "draw"])
+    return xr.Dataset({"y": log_w, "pareto_k": k})
+
+
 def loo_summary(dt: xr.DataTree) -> tuple[dict, np.ndarray] | None:
     """PSIS-LOO of a fit: ({elpd_loo, se, p_loo, pareto_k_max, pareto_k_bad_frac, good_k,
     corrected}, LOO-PIT values per training row); None without a pointwise log-likelihood, or for
@@ -72,7 +88,9 @@ def loo_summary(dt: xr.DataTree) -> tuple[dict, np.ndarray] | None:
         if vi:
             lp, lq = dt["sample_stats"]["lp"], dt["sample_stats"]["log_q"]
             elpd = loo_approximate_posterior(dt, lp, lq, pointwise=True)
-            log_w, k = (ll - (lp - lq)).azstats.psislw(dim=["chain", "draw"])
+            w = dt["loo_log_weights"].to_dataset() if "loo_log_weights" in dt.children \
+                else vi_loo_weights(dt)
+            log_w, k = w["y"], w["pareto_k"]
         else:
             reff = _relative_ess(dt)
             elpd = loo(dt, pointwise=True, reff=reff)

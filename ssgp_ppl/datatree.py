@@ -29,6 +29,31 @@ DIMS = {
     "f_mean": ["test"],
     "f_var": ["test"],
     "y_pred": ["test"],
+    "x_test": ["test", "input"],
+    "y_test": ["test"],
+    "pit": ["test"],
+}
+
+# what the numbers of each group are in (the ``units`` attribute of each group): the model works
+# on inputs and target scaled by the training split's scalers (root attributes x_mean, x_scale,
+# y_mean, y_scale: original = standardised × scale + mean); metrics and predictions are in the
+# original units of the target
+UNITS = {
+    "posterior": "standardised (inputs and target scaled as the root attributes say)",
+    "invariants": "original units of the target (noise, signal, kernel, f_test); frequency_spread "
+                  "in cycles per unit of the scaled inputs",
+    "observed_data": "standardised target",
+    "log_likelihood": "log densities of the standardised target (add log(y_scale) per row for "
+                      "the original units)",
+    "posterior_predictive": "standardised target",
+    "predictions": "original units of the target",
+    "predictions_constant_data": "x_test standardised inputs, y_test original units, pit "
+                                 "probabilities",
+    "sample_stats": "lp: log joint density of the model on the standardised data; VI: log_q, "
+                    "the log density of q at each draw; samplers: their own statistics "
+                    "(energy, diverging, tree depth)",
+    "loo_log_weights": "Pareto-smoothed log importance weights of each draw for each left-out "
+                       "training row, and their Pareto k",
 }
 
 
@@ -106,7 +131,17 @@ def assemble(*, sites: dict | None, chains: int, data, mean_f, var_f,
         if none:
             del inv["f_test"]
         dt["invariants"] = xr.DataTree(invariants.as_dataset(inv, chains))
-    dt.attrs.update(y_scale=scale, y_shift=shift)
+    dt.attrs.update(y_scale=scale, y_shift=shift, y_mean=shift,
+                    x_mean=np.atleast_1d(np.asarray(data.x_scaler.mean, float)).tolist(),
+                    x_scale=np.atleast_1d(np.asarray(data.x_scaler.scale, float)).tolist())
+    return label_units(dt)
+
+
+def label_units(dt: xr.DataTree) -> xr.DataTree:
+    """Each group's ``units`` attribute (:data:`UNITS`), in place; returns ``dt``."""
+    for name, text in UNITS.items():
+        if name in dt.children:
+            dt[name].attrs["units"] = text
     return dt
 
 

@@ -18,6 +18,7 @@ import xarray as xr
 from scipy.special import ndtr
 
 from ssgp_ppl import datatree, methods, paths
+from ssgp_ppl.calibration import vi_loo_weights
 from ssgp_ppl.checkpoint import Checkpoint, run_fingerprint
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.entry import CatalogEntry
@@ -124,6 +125,14 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
             path=("draw", np.asarray(post.path_of_draw)))
         ds.attrs.update(combine=post.info.combine, path_weights=list(post.info.path_weights))
         dt["posterior"] = xr.DataTree(ds)
+    if _vi_draws(dt):  # what makes arviz_stats.loo treat q's draws right (docs: VI vs MCMC)
+        dt["loo_log_weights"] = xr.DataTree(vi_loo_weights(dt))
+    datatree.label_units(dt)
+    # what the posterior group's draws are: LOO and compare treat them accordingly
+    has_q = "sample_stats" in dt.children and "log_q" in dt["sample_stats"].data_vars
+    dt.attrs["draws"] = ("variational approximation q" if has_q else "posterior sampler"
+                         if post.sample_stats is not None else "none (point estimate)"
+                         if not flat else "approximate (no log density)")
     dt.attrs.update(model=post.model, method=post.method, dataset=data.name,
                     inputs=list(data.feature_names), target=data.target_name)
     if data.preparation is not None:  # a user's table: columns, rows dropped, encodings
@@ -134,6 +143,12 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
     info = dataclasses.replace(post.info, fit_seconds=fit_seconds, predict_seconds=predict_seconds,
                                loo_seconds=post.info.loo_seconds + loo_seconds)
     return post.replace(test=pred, metrics=metrics, datatree=dt, info=info)
+
+
+def _vi_draws(dt) -> bool:
+    """VI draws with their log densities and a pointwise log-likelihood: LOO needs weights."""
+    return ("log_likelihood" in dt.children and "sample_stats" in dt.children
+            and {"lp", "log_q"} <= set(dt["sample_stats"].data_vars))
 
 
 def _scores(post, pred, data, lik, flat) -> dict:

@@ -166,13 +166,13 @@ def _kind(col: pd.Series, name: str, where: str, options: TableOptions) -> str:
     if pd.api.types.is_datetime64_any_dtype(col) or _parses_as_dates(col):
         if options.dates == "numeric":
             return "date"
-        raise SSGPError(f"{where}: input column '{name}' holds dates; use --dates numeric (days "
-                        f"since 1970-01-01) or --drop {name}")
+        raise SSGPError(f"{where}: input column '{name}' holds dates; use --dates numeric "
+                        f"(dates='numeric': days since 1970-01-01) or --drop {name}")
     if options.encode == "onehot":
         return "onehot"
     n = col.dropna().astype(str).nunique()
     raise SSGPError(f"{where}: input column '{name}' is not numeric (categorical, {n} values); use "
-                    f"--encode onehot or --drop {name}")
+                    f"--encode onehot (encode='onehot') or --drop {name}")
 
 
 def _parses_as_dates(col: pd.Series) -> bool:
@@ -198,7 +198,7 @@ def _missing(df: pd.DataFrame, cols: list[str], where: str, dropna: bool):
     counts = na.sum()
     parts = [f"'{c}' {int(k)}" for c, k in counts.items() if k]
     raise SSGPError(f"{where}: missing values (column and count: {', '.join(parts)}); use "
-                    "--dropna to drop those rows")
+                    "--dropna (dropna=True) to drop those rows")
 
 
 def _numeric(col: pd.Series, name: str, where: str, what: str = "input column") -> np.ndarray:

@@ -68,6 +68,44 @@ def test_run_returns_a_posterior(fitted):
     assert "predictions" in post.datatree.children
 
 
+def test_datatree_conventions(fitted):
+    """Named dims in every group (no ``*_dim_0``), each group states its units, the root the
+    scalers; the units are what they say (original = standardised × y_scale + y_mean); VI trees
+    carry the importance-corrected LOO weights that make ``arviz_stats.loo`` agree with
+    ``loo_approximate_posterior``."""
+    import re
+    import warnings
+
+    from arviz_stats import loo, loo_approximate_posterior
+
+    from ssgp_ppl.datatree import UNITS
+
+    method, entry, data, post = fitted
+    dt = post.datatree
+    for name in dt.children:
+        node = dt[name]
+        auto = [d for d in node.dataset.dims if re.search(r"_dim_\d+$", str(d))]
+        assert not auto, (name, auto)
+        assert node.attrs.get("units") == UNITS.get(name, node.attrs.get("units")), name
+        assert name not in UNITS or "units" in node.attrs, name
+    np.testing.assert_allclose(dt.attrs["x_mean"], np.atleast_1d(data.x_scaler.mean))
+    y_test = dt["predictions_constant_data"]["y_test"].values
+    np.testing.assert_allclose(y_test, data.y_test * dt.attrs["y_scale"] + dt.attrs["y_mean"],
+                               rtol=1e-6)
+    np.testing.assert_allclose(dt["observed_data"]["y"].values, data.y_train, rtol=1e-6)
+    vi = "sample_stats" in dt.children and "log_q" in dt["sample_stats"].data_vars
+    assert (dt.attrs["draws"] == "variational approximation q") == vi
+    if vi and "log_likelihood" in dt.children:
+        w = dt["loo_log_weights"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a = loo(dt, log_weights=w["y"], pareto_k=w["pareto_k"])
+            b = loo_approximate_posterior(dt, dt["sample_stats"]["lp"], dt["sample_stats"]["log_q"])
+        assert a.elpd == pytest.approx(b.elpd, rel=1e-5)  # float32 log densities
+    else:
+        assert "loo_log_weights" not in dt.children
+
+
 def test_predict_at_raw_inputs_equals_the_pipeline(fitted):
     """predict() takes inputs in original units; at the test rows it gives the pipeline's
     predictions (which were made from the standardised test split)."""

@@ -52,8 +52,10 @@ def _non_numeric(tmp_path):
 
 CASES = {
     # data
-    "nan-and-inf": (_nan_inputs, ["column 'x1' has 2 NaN", "column 'y' has 1 inf"]),
-    "non-numeric-column": (_non_numeric, ["non-numeric input columns", "colour"]),
+    "nan-and-inf": (_nan_inputs, ["missing values", "'x1' 2", "--dropna"]),
+    "inf-after-dropna": (lambda t: [*_nan_inputs(t), "--dropna"], ["column 'y' has 1 inf"]),
+    "non-numeric-column": (_non_numeric, ["input column 'colour' is not numeric",
+                                          "--encode onehot"]),
     "missing-target": (lambda t: ["ssgp", "--data", _csv(t, _frame()), "--target", "price"],
                        ["target column 'price' not found", "x0, x1, x2, y"]),
     "empty-data": (lambda t: ["ssgp", "--data", _csv(t, _frame().iloc[:0])], ["is empty"]),
@@ -119,7 +121,8 @@ def test_no_traceback_without_debug_and_one_with_it(tmp_path):
 def test_python_api_raises_the_package_error(tmp_path):
     """The same checks from Python: SSGPError, which is a ValueError."""
     assert issubclass(SSGPError, ValueError)
-    with pytest.raises(SSGPError, match="column 'x1' has 2 NaN"):
+    with pytest.raises(SSGPError, match=r"missing values \(column and count: 'x1' 2\); use "
+                       r"--dropna \(dropna=True\)"):
         load(_nan_inputs(tmp_path)[2])
 
 
