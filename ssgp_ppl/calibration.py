@@ -15,6 +15,7 @@ LOO estimate for that row) is unreliable: for VI it says q is too far from the p
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import xarray as xr
@@ -103,6 +104,51 @@ def loo_summary(dt: xr.DataTree) -> tuple[dict, np.ndarray] | None:
              "pareto_k_bad_frac": float(np.mean(k > elpd.good_k)), "good_k": float(elpd.good_k),
              "corrected": vi},
             np.asarray(pit["y"]))
+
+
+PIT_BAND = 0.99  # the simultaneous band of the PIT Δ-ECDF plots and their reading
+
+
+class PITReading(NamedTuple):
+    """A PIT sample against Uniform(0, 1): the ECDF minus the uniform CDF at ``points`` with its
+    simultaneous band (``lower``, ``upper``, same offsets) and the one-line ``verdict``."""
+
+    points: np.ndarray
+    delta: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    verdict: str
+
+
+def pit_reading(pit, prob: float = PIT_BAND, seed: int = 214) -> PITReading:
+    """Read a PIT sample (test PIT or LOO-PIT values): ``calibrated`` when the ECDF stays inside
+    the simultaneous ``prob`` band of n uniform values (arviz_stats' simulation method, Säilynoja
+    et al. 2022); otherwise the shape says why: PIT values piled in the middle (ECDF below the
+    diagonal under ½ and above it over ½) mean intervals that are too wide (over-dispersed),
+    values piled at both ends mean too narrow (under-dispersed), an ECDF on one side of the
+    diagonal means predictions biased up or down."""
+    from arviz_stats.ecdf_utils import ecdf_pit
+
+    pit = np.asarray(pit, float).ravel()
+    pit = pit[np.isfinite(pit)]
+    points, ecdf, lower, upper = ecdf_pit(pit, prob, 1000, rng=np.random.default_rng(seed))
+    delta, lo, hi = ecdf - points, lower - points, upper - points
+    outside = (delta < lo - 1e-12) | (delta > hi + 1e-12)
+    if not outside.any():
+        verdict = f"calibrated (inside the simultaneous {prob:.0%} band)"
+    else:
+        low, high = delta[points < 0.5].mean(), delta[points > 0.5].mean()
+        if low < 0 < high:
+            verdict = "over-dispersed: intervals too wide (PIT piled in the middle)"
+        elif high < 0 < low:
+            verdict = "under-dispersed: intervals too narrow (PIT piled at 0 and 1)"
+        elif low > 0 and high > 0:
+            verdict = "biased: predictions too high (PIT piled near 0)"
+        else:
+            verdict = "biased: predictions too low (PIT piled near 1)"
+        verdict = f"NOT calibrated, {verdict}; outside the {prob:.0%} band at " \
+                  f"{outside.mean():.0%} of points"
+    return PITReading(points, delta, lo, hi, verdict)
 
 
 def nuts_health(dt: xr.DataTree) -> dict:

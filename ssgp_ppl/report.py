@@ -25,8 +25,10 @@ from ssgp_ppl import invariants, methods
 from ssgp_ppl.calibration import (
     LOG_DENSITY_SPREAD,
     LOG_EVIDENCE_SPREAD,
+    PIT_BAND,
     RUNS_RHAT,
     loo_summary,
+    pit_reading,
     reference_health,
 )
 from ssgp_ppl.datasets import Dataset
@@ -146,8 +148,8 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
     ax.legend(fontsize=8)
     figs.append(("Coverage of central intervals, 10% to 90% (test set)", _png(fig)))
 
-    figs.append(("PIT Δ-ECDF on the test set (exact PIT of the predictive mixture; "
-                 "arviz_plots.plot_ecdf_pit, simultaneous 99% band)",
+    figs.append(("PIT Δ-ECDF on the test set (exact PIT of the predictive mixture), with the "
+                 "simultaneous 99% band of uniform PIT values and its reading",
                  _pit_plot({_label(rec, ref_label): np.asarray(
                      r.datatree["predictions_constant_data"]["pit"]) for r, rec in
                      zip(results, records, strict=True)})))
@@ -165,15 +167,24 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
     if marg:
         figs.append(("VI vs reference: posterior marginals of symmetry-invariant quantities", marg))
 
-    traced = [r for r in results if r.losses is not None]
-    if traced:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        for r in traced:
-            ax.plot(r.losses, lw=0.7, label=r.method)
-        ax.set_yscale("symlog")
-        ax.set_xlabel("step (SVI/ML) or iteration (NCVMP)")
-        ax.set_ylabel("loss (negative ELBO / bound)")
-        ax.legend()
+    traced = [(r, rec) for r, rec in zip(results, records, strict=True) if r.losses is not None
+              and np.size(r.losses) > 1]
+    if traced:  # one panel each: the early steps' losses would flatten the others' scale
+        fig, axes = plt.subplots(1, len(traced), figsize=(4.6 * len(traced), 3.2), squeeze=False)
+        for ax, (r, rec) in zip(axes[0], traced, strict=True):
+            loss = np.asarray(r.losses, float)
+            ax.plot(np.arange(1, len(loss) + 1), loss, lw=0.8)
+            tail = loss[len(loss) // 10:]
+            tail = tail[np.isfinite(tail)]
+            if tail.size:
+                lo, hi = np.percentile(tail, [0.5, 99.5])
+                pad = 0.05 * (hi - lo) or 1.0
+                ax.set_ylim(lo - pad, hi + pad)
+            ax.set_xlabel("step (SVI/ML) or iteration (NCVMP)")
+            ax.set_ylabel("loss (negative ELBO / bound)")
+            ax.set_title(f"{_label(rec, ref_label)} (y-axis: after the first 10%)", fontsize=9)
+            ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+        fig.tight_layout()
         figs.append(("Loss traces", _png(fig)))
     return figs
 
@@ -216,14 +227,26 @@ def modes_figure(records: list[dict], ref_label: str = ""):
 
 
 def _pit_plot(pits: dict[str, np.ndarray]) -> str:
+    """One panel per method, each with its own y-axis: the PIT ECDF minus the uniform CDF, its
+    simultaneous 99% band (shaded) and the one-line reading (:func:`calibration.pit_reading`)."""
     import matplotlib.pyplot as plt
-    from arviz_base import from_dict
-    from arviz_plots import plot_ecdf_pit
 
-    dt = from_dict({"pit": {k: np.asarray(v).reshape(1, -1) for k, v in pits.items()}})
-    plot_ecdf_pit(dt, group="pit", backend="matplotlib",
-                  figure_kwargs={"figsize": (3.6 * len(pits), 3.0)})
-    return _png(plt.gcf())
+    fig, axes = plt.subplots(1, len(pits), figsize=(4.4 * len(pits), 3.6), squeeze=False)
+    for ax, (label, pit) in zip(axes[0], pits.items(), strict=True):
+        r = pit_reading(pit)
+        ax.fill_between(r.points, r.lower, r.upper, step="post", color="0.85",
+                        label=f"simultaneous {PIT_BAND:.0%} band")
+        ax.step(r.points, r.delta, where="post", color="tab:blue", lw=1.2, label="ECDF − uniform")
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("PIT value")
+        ax.set_ylabel("ECDF − uniform CDF")
+        ok = r.verdict.startswith("calibrated")
+        ax.set_title(f"{label}\n{r.verdict.split(';')[0]}", fontsize=9,
+                     color="black" if ok else "tab:red")
+    axes[0][0].legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return _png(fig)
 
 
 def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: str) -> str | None:
@@ -237,32 +260,41 @@ def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: st
     if not with_draws:
         return None
     inv0 = with_draws[0][0].datatree["invariants"]
-    panels = [("noise", {}), ("signal", {})]
-    panels += [("frequency_spread", {"input": j}) for j in range(inv0.sizes["input"])]
-    n_test = inv0.sizes["test"]
-    panels += [("f_test", {"test": int(i)}) for i in np.linspace(0, n_test - 1, 3).round()]
-    panels += [("kernel", {"input": 0, "lag": inv0.sizes["lag"] // 4})]
-    cols = 4
+    n_test, lag = inv0.sizes["test"], inv0.sizes["lag"] // 4
+    panels = [("noise", {}, "noise sd σ_n (units of y)"),
+              ("signal", {}, "signal sd σ_s (units of y)")]
+    panels += [("frequency_spread", {"input": j}, f"frequency spread, input {j} "
+                "(1 / effective lengthscale, scaled inputs)")
+               for j in range(min(inv0.sizes["input"], 4))]
+    panels += [("f_test", {"test": int(i)}, f"f at test point {int(i)} (units of y)")
+               for i in np.linspace(0, n_test - 1, 3).round()]
+    panels += [("kernel", {"input": 0, "lag": lag}, "kernel k(τ e₀) at lag "
+                f"{float(inv0['lag'][lag]) if 'lag' in inv0.coords else lag:g} (units of y²)")]
+    cols = 3
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.5 * rows), squeeze=False)
-    for ax, (name, sel) in zip(axes.flat, panels, strict=False):
-        for r, rec in with_draws:
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.1 * rows + 0.6), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (name, sel, title) in zip(axes.flat, panels, strict=False):
+        for c, (r, rec) in enumerate(with_draws):
             v = np.asarray(r.datatree["invariants"][name].isel(sel)).ravel()
+            colour = colours[c % len(colours)]
             if invariants.varies(v):
-                ax.hist(v, bins=40, density=True, histtype="step", label=_label(rec, ref_label))
+                ax.hist(v, bins=40, density=True, histtype="step", lw=1.4, color=colour,
+                        label=_label(rec, ref_label))
             else:
-                ax.axvline(v[0], ls=":", color="gray")
-        where = ", ".join(f"{k} {v}" for k, v in sel.items())
-        ax.set_title(f"{name} [{where}]" if where else name, fontsize=8)
-        ax.tick_params(labelsize=7)
+                ax.axvline(v[0], ls=":", color=colour, label=_label(rec, ref_label))
+        ax.set_title(title, fontsize=9)
+        ax.set_yticks([])
+        ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.tight_layout()
     handles: dict = {}
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(lab, h)
-    fig.legend(list(handles.values()), list(handles), loc="lower right", fontsize=8)
+    fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=len(handles),
+               fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.1 * rows + 0.6)))
     return _png(fig)
 
 
@@ -309,9 +341,11 @@ def _evaluate_record(r, label: str, data: Dataset, y_test, loo_pit: dict) -> dic
     rec["loo_seconds"] = float(r.info.loo_seconds)
     rec["coverage_curve"] = {"nominal": LEVELS.tolist(),
                              "empirical": coverage_curve(y_test, r.mean, r.var, LEVELS)[1].tolist()}
+    rec["pit_reading"] = pit_reading(r.datatree["predictions_constant_data"]["pit"]).verdict
     loo = loo_summary(r.datatree)
     if loo is not None:
         rec["loo"], loo_pit[label] = loo
+        rec["loo_pit_reading"] = pit_reading(loo_pit[label]).verdict
     return rec
 
 

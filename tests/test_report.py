@@ -38,8 +38,29 @@ def test_compare_report_sections(pendulum, tmp_path):
     assert len(re.findall(r"<img alt='[^']+' src='data:image/png;base64,[A-Za-z0-9+/=]{500,}'>",
                           html)) == 7  # with the modes panel
     assert ("NOT CONVERGED" in html) == (not h["converged"])
+    # every PIT panel states its reading, and the record carries it
+    for rec in saved["methods"]:
+        assert rec["pit_reading"].startswith(("calibrated", "NOT calibrated"))
+        assert ("loo" in rec) == ("loo_pit_reading" in rec)
+    assert html.count("simultaneous 99% band") >= 1
     for method in ("svi-one-path", "svi", "smc", "smc-chains-stacked"):
         assert (tmp_path / f"posterior_{method}.nc").exists()
+
+
+def test_pit_reading_names_calibration_and_its_failures():
+    """Known predictives of N(0, 1) targets: right, too wide, too narrow, shifted up / down."""
+    from scipy.stats import norm
+
+    from ssgp_ppl.calibration import pit_reading
+
+    y = np.random.default_rng(0).standard_normal(400)
+    cases = {(1, 0): "calibrated", (2, 0): "over-dispersed", (0.5, 0): "under-dispersed",
+             (1, 0.6): "predictions too high", (1, -0.6): "predictions too low"}
+    for (sd, mu), words in cases.items():
+        r = pit_reading(norm.cdf((y - mu) / sd))
+        assert words in r.verdict, (sd, mu, r.verdict)
+        assert r.lower.shape == r.delta.shape == r.points.shape
+        assert np.all(r.lower <= 1e-12) and np.all(r.upper >= -1e-12)
 
 
 def test_compare_budget_sets_every_method_it_runs():
