@@ -167,6 +167,10 @@ def tutorial_pages() -> None:
             tmp = done.with_suffix(".tmp")
             nbformat.write(nb, tmp)
             tmp.replace(done)
+        for cell in nb.cells:  # warnings on stderr (tqdm, JAX) are not part of the tutorial
+            if cell.cell_type == "code":
+                cell.outputs = [o for o in cell.get("outputs", [])
+                                if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
         body, resources = MarkdownExporter().from_notebook_node(
             nb, resources={"output_files_dir": f"{path.stem}_files"})
         for name, data in resources.get("outputs", {}).items():

@@ -22,6 +22,7 @@
 # %%
 import os
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from ssgp_ppl.calibration import reference_health
@@ -76,3 +77,24 @@ print("stacking weights of the VI paths:", np.round(vi.info.path_weights, 3))
 # %%
 for r in (vi, ref):
     print(r.method, float(np.mean(r.sites["noise"])), float(np.std(r.sites["noise"])))
+
+# %% [markdown]
+# ## The predictive on the test set
+# Test targets sorted by the reference's predictive mean, with each method's 90% interval (original
+# units of the target). The interval's width is where VI and the reference differ most.
+
+# %%
+order = np.argsort(ref.mean)
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+for ax, r in zip(axes, (vi, ref), strict=True):
+    lo, hi = r.test.interval(0.9)
+    ax.fill_between(np.arange(data.n_test), lo[order], hi[order], alpha=0.3, label="90% interval")
+    ax.plot(r.mean[order], lw=1, label="predictive mean")
+    ax.plot(data.y_scaler.inverse(data.y_test)[order], "k.", ms=2, label="test target")
+    ax.set_title(f"{r.method}: NMSE {r.metrics['nmse']:.3f}, 90% coverage "
+                 f"{r.metrics['coverage_90']:.2f}")
+    ax.set_xlabel("test point (sorted by the reference's mean)")
+axes[0].set_ylabel("change in angular velocity")
+axes[0].legend(fontsize=8)
+plt.tight_layout()
+plt.show()

@@ -26,6 +26,7 @@
 
 # %%
 import os
+import tempfile
 
 # four host devices so that the reference's four NUTS chains run in parallel (before JAX starts)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
@@ -38,7 +39,8 @@ import xarray as xr
 from ssgp_ppl.report import compare_named, modes_figure, summary_rows
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
-ROOT = os.environ.get("SSGP_PPL_REPORTS", "../reports")
+# a quick run never writes into the committed reports: a temporary folder unless one is given
+ROOT = os.environ.get("SSGP_PPL_REPORTS") or (tempfile.mkdtemp() if SMALL else "../reports")
 REUSE = os.environ.get("SSGP_PPL_REUSE") == "1"  # read existing reports instead of refitting
 ENTRIES = ("tan_va",) if SMALL else ("tan_va", "tan_va_stacked", "tan_va_svi", "tan_local")
 results = {name: compare_named(name, "autompg", ROOT, small_run=SMALL, reuse=REUSE)

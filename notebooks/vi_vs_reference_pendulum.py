@@ -33,6 +33,7 @@
 
 # %%
 import os
+import tempfile
 
 # four host devices so that the reference's four NUTS chains run in parallel (before JAX starts)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
@@ -43,7 +44,8 @@ import pandas as pd
 from ssgp_ppl.report import compare_named, modes_figure, summary_rows
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
-ROOT = os.environ.get("SSGP_PPL_REPORTS", "../reports")
+# a quick run never writes into the committed reports: a temporary folder unless one is given
+ROOT = os.environ.get("SSGP_PPL_REPORTS") or (tempfile.mkdtemp() if SMALL else "../reports")
 REUSE = os.environ.get("SSGP_PPL_REUSE") == "1"  # read existing reports instead of refitting
 GUIDES = {"ssgp_svi": "auto_mvn, s integrated, stacked", "svbssgp": "joint_affine (sVBSSGP)",
           "vssgp": "mean_field (VSSGP)", "tan_va_svi": "gaussian_lambda (SVI)"}

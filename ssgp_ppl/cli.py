@@ -384,6 +384,7 @@ def cmd_compare(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("MPLBACKEND", "Agg")  # the report's figures are files, never windows
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "fit" and not args.resume and (args.model is None or args.data is None):

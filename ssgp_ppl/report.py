@@ -117,10 +117,7 @@ def _label(rec: dict, ref_label: str) -> str:
 
 def _plots(results: list[Posterior], records: list[dict], data: Dataset,
            ref_label: str, loo_pit: dict) -> list[tuple[str, str]]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # the backend is the caller's (a notebook keeps its inline one)
 
     y = np.asarray(data.y_scaler.inverse(data.y_test))
     order = np.argsort(results[0].mean)

@@ -88,8 +88,9 @@ class TableEncoding:
         need = [c for c, _, _ in self.columns] + ([self.target] if target else [])
         missing = [c for c in need if c not in df.columns]
         if missing:
-            raise SSGPError(f"{where} lacks the column{'s' if len(missing) > 1 else ''} "
-                            f"{', '.join(missing)} the model was fitted on")
+            what = "columns" if self.target in missing else "input columns"
+            raise SSGPError(f"{where} lacks the {what} {', '.join(missing)} the model was "
+                            "fitted on")
         df, dropped = _missing(df[need], need, where, dropna)
         parts = []
         for name, kind, cats in self.columns:

@@ -76,7 +76,7 @@ def test_unseen_category_and_missing_column_are_refused():
     other.loc[0, "colour"] = "mauve"
     with pytest.raises(SSGPError, match="'colour' has categories the model never saw: mauve"):
         enc.transform(other, "new")
-    with pytest.raises(SSGPError, match="lacks the column x"):
+    with pytest.raises(SSGPError, match="lacks the input columns x"):
         enc.transform(other.drop(columns="x"), "new")
 
 
