@@ -178,8 +178,9 @@ def tutorial_pages() -> None:
                 f.write(data)
         note = ("!!! note \"Executed at small size\"\n    This page is the notebook "
                 f"`notebooks/{path.name}` run with `SSGP_PPL_SMALL=1` (small budgets) when the "
-                "docs were built; run it yourself (`jupytext --to ipynb`, or `jupytext "
-                "--execute`) for the full-size figures.\n\n")
+                "docs were built. For the full-size figures, run it yourself: `jupytext --to "
+                f"ipynb --execute notebooks/{path.name}` (or open it in Jupyter with "
+                "jupytext).\n\n")
         lines = body.splitlines(keepends=True)
         first = next((i for i, ln in enumerate(lines) if ln.startswith("# ")), None)
         if first is None:  # no title cell: the file name is the title

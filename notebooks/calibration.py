@@ -37,7 +37,11 @@ from ssgp_ppl.entry import list_entries, load_entry
 from ssgp_ppl.report import compare_named, summary_rows
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
-ROOT = "../reports" if SMALL else os.environ.get("SSGP_PPL_REPORTS", "../reports")
+# the committed reports: beside notebooks/ (run from notebooks/ or from the repository root)
+ROOT = next((p for p in ("../reports", "reports") if Path(p, "catalog_metrics.json").exists()),
+            "../reports")
+if not SMALL:
+    ROOT = os.environ.get("SSGP_PPL_REPORTS", ROOT)
 DATASETS = ("pendulum", "autompg")
 
 
