@@ -85,6 +85,7 @@ for ax, data in zip(axes[0], DATASETS, strict=True):
     ax.set_ylabel("empirical coverage (test)")
 axes[0, -1].legend(fontsize=6, ncol=2)
 fig.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## PSIS-LOO diagnostics: share of training rows with Pareto k̂ above the threshold

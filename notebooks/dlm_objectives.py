@@ -49,7 +49,7 @@ grid = [10.0, 0.1] if SMALL else beta_grid(round(data.n_train * 67 / 75))
 OBJECTIVES = ("dlm_log",) if SMALL else ("beta_elbo", "dlm_log", "dlm_square")
 
 # %% [markdown]
-# ## Validation loss as a function of β
+# ## Validation loss as a function of β (full run only)
 
 # %%
 selections, rows = {}, []

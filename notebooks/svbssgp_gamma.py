@@ -64,6 +64,7 @@ plt.axhline(vs.metrics["rmse"], color="k", ls="--", label="VSSGP (γ = 1, mean-f
 plt.xlabel("γ")
 plt.ylabel("test RMSE")
 plt.legend()
+plt.show()
 
 # %% [markdown]
 # ## Benchmark curves (if `benchmarks/svbssgp_paper.py` has written them)

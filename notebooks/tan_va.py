@@ -68,6 +68,7 @@ ax[1].plot(a[np.isfinite(a)][1:], drawstyle="steps-mid")
 ax[1].set_xlabel("iteration t")
 ax[1].set_ylabel("step size a_t (Algorithm 2)")
 plt.tight_layout()
+plt.show()
 for alg, r in runs.items():
     print(f"Algorithm {alg}: bound {float(r.bound):.3f}, iterations {int(r.iterations)}")
 
@@ -90,13 +91,18 @@ for name, r in (("VA (NCVMP)", res_va), ("VA (SVI)", res_svi), ("reference", res
 lam = {name: r.sites["inverse_lengthscales"].reshape(-1, data.n_features)
        for name, r in (("NCVMP", res_va), ("SVI", res_svi), ("reference", res_ref)) if r is not None}
 fig, ax = plt.subplots(figsize=(8, 3.5))
+colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 for i, (name, v) in enumerate(lam.items()):
-    ax.boxplot(v, positions=np.arange(data.n_features) * 4 + i, widths=0.8, showfliers=False)
-    ax.plot([], [], label=name)
+    ax.boxplot(v, positions=np.arange(data.n_features) * 4 + i, widths=0.8, showfliers=False,
+               boxprops={"color": colours[i]}, medianprops={"color": colours[i]},
+               whiskerprops={"color": colours[i]}, capprops={"color": colours[i]})
+    ax.plot([], [], color=colours[i], label=name)
+ax.legend(fontsize=8)
 ax.set_xticks(np.arange(data.n_features) * 4 + 1, data.feature_names, rotation=30)
 ax.set_ylabel("λ (inverse lengthscale)")
-ax.set_title("q(λ) vs the reference posterior (|λ| is identified; the sign of λ with α_b is not)")
+ax.set_title("q(λ) by each method (|λ| is identified; the sign of λ with α_b is not)")
 plt.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## Adaptive neighbourhoods (§6)

@@ -82,3 +82,4 @@ for ax, (q, sel) in zip(axes, panels, strict=True):
     ax.set_title(f"{q} {sel.get('input', '')}", fontsize=8)
 axes[0].legend(fontsize=7)
 fig.tight_layout()
+plt.show()

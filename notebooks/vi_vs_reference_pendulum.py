@@ -27,7 +27,7 @@
 # * **stacked VI**: K fits from dispersed starts, weighted by stacking of their leave-one-out
 #   predictive densities (Yao, Vehtari & Gelman 2022).
 #
-# `SSGP_PPL_SMALL=1` (the test suite) runs every method briefly on 80 training and 30 test rows,
+# `SSGP_PPL_SMALL=1` (the test suite) runs `ssgp_svi` and `svbssgp` briefly on 80 training and 30 test rows,
 # writing to `$SSGP_PPL_REPORTS` (a temporary folder); the full run writes `reports/<entry>-pendulum/`
 # (`SSGP_PPL_REUSE=1` reads existing reports instead of refitting).
 
@@ -79,9 +79,11 @@ print(table[["model", "method", "nmse", "mnlp", "crps", "coverage_90",
 
 # %% [markdown]
 # ## Modes
-# Left: each path of the stacked fit, its stacking weight (bars) and its LOO log score (dots): a
-# few paths carry the weight, the others sit in modes that predict worse. Right: the reference's
-# modes, the share of its chains in each and their mean log density (s integrated out).
+# Left: each path of the stacked fit, its stacking weight (bars) and its LOO log score (dots).
+# Stacking puts the weight on the paths with the best LOO scores (at full size three of
+# `ssgp_svi`'s eight; in a small run one path may take it all), and a path whose score is close to
+# the best can still get none. Right: the reference's modes, the share of its chains in each and
+# their mean log density (s integrated out).
 
 # %%
 for name, res in results.items():

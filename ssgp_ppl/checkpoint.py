@@ -10,8 +10,9 @@ the final parameters equal those of an uninterrupted run with the same seed.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
+import math
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
@@ -19,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.io import write_bytes_atomic
 
 FORMAT = 1
 DEFAULT_EVERY = 1000  # steps between saves
@@ -66,34 +68,18 @@ def fingerprint(**items) -> dict:
 
 def save(ckpt: Checkpoint, leaves, key, done: int, losses, means, noise_var, converged: bool,
          seconds: float, first_chunk: tuple[int, float]) -> None:
-    """Write the checkpoint atomically (``path.tmp`` then ``os.replace``)."""
+    """Write the checkpoint atomically (:func:`ssgp_ppl.io.write_bytes_atomic`)."""
     path = Path(ckpt.path)
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {f"leaf_{i}": np.asarray(a) for i, a in enumerate(leaves)}
     meta = {"format": FORMAT, "fingerprint": ckpt.fingerprint or {}, "leaves": len(leaves),
             "done": int(done), "converged": bool(converged), "seconds": float(seconds),
             "first_chunk": [int(first_chunk[0]), float(first_chunk[1])]}
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, key=np.asarray(key), losses=np.asarray(losses),  # the run's own dtype
-                     means=np.asarray(means, np.float64),
-                     noise_var=np.asarray(noise_var, np.float64),
-                     meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    try:  # the rename itself survives a crash once the directory is on disk
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    buf = io.BytesIO()
+    np.savez(buf, key=np.asarray(key), losses=np.asarray(losses),  # the run's own dtype
+             means=np.asarray(means, np.float64), noise_var=np.asarray(noise_var, np.float64),
+             meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+    write_bytes_atomic(path, buf.getbuffer())
 
 
 def load(ckpt: Checkpoint) -> Saved:
@@ -106,12 +92,14 @@ def load(ckpt: Checkpoint) -> Saved:
             meta = json.loads(z["meta"].tobytes().decode())
             leaves = [z[f"leaf_{i}"] for i in range(int(meta["leaves"]))]
             arrays = {k: z[k] for k in ("key", "losses", "means", "noise_var")}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as e:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError,
+            MemoryError, TypeError) as e:  # MemoryError: a header claiming a huge array
         raise SSGPError(f"checkpoint {path} is corrupt or unreadable ({type(e).__name__}: "
                         f"{' '.join(str(e).split())[:120]}); delete it to start afresh") from None
     if meta.get("format") != FORMAT:
         raise SSGPError(f"checkpoint {path} has format {meta.get('format')!r}; this version "
                         f"reads format {FORMAT}")
+    _check_meta(meta, arrays, path)
     mine, theirs = ckpt.fingerprint, meta.get("fingerprint", {})
     for k in sorted(set(mine or {}) | set(theirs)) if mine is not None else ():
         if mine.get(k) != theirs.get(k):
@@ -120,6 +108,33 @@ def load(ckpt: Checkpoint) -> Saved:
     return Saved(leaves, arrays["key"], int(meta["done"]), arrays["losses"], arrays["means"],
                  arrays["noise_var"], bool(meta["converged"]), float(meta["seconds"]),
                  tuple(meta["first_chunk"]))
+
+
+def _check_meta(meta: dict, arrays: dict, path) -> None:
+    """The metadata's types and ranges, and their consistency with the arrays (one loss per step
+    done): a hand-edited or damaged checkpoint is refused before its values are used."""
+    def bad(what):
+        raise SSGPError(f"checkpoint {path} is corrupt ({what}); delete it to start afresh")
+
+    def integer(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def number(v):
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+    done, first = meta.get("done"), meta.get("first_chunk")
+    if not integer(done) or done < 0:
+        bad(f"steps done {done!r} is not an integer >= 0")
+    if np.ndim(arrays["losses"]) != 1 or arrays["losses"].shape[0] != done:
+        bad(f"{done} steps done but {np.size(arrays['losses'])} losses")
+    if not isinstance(meta.get("converged"), bool):
+        bad("'converged' is not true or false")
+    if not number(meta.get("seconds")) or meta["seconds"] < 0:
+        bad(f"seconds {meta.get('seconds')!r} is not a number >= 0")
+    if not (isinstance(first, list) and len(first) == 2 and integer(first[0]) and number(first[1])):
+        bad(f"first_chunk {first!r} is not [steps, seconds]")
+    if np.shape(arrays["means"]) != np.shape(arrays["noise_var"]):
+        bad("the convergence monitor's arrays differ in length")
 
 
 def restore_leaves(template_leaves, saved: Saved, path) -> list:

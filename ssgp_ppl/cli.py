@@ -151,6 +151,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: the entry's own")
     f.add_argument("--steps", type=_positive, help="SVI/ML steps, or NUTS draws per chain")
     f.add_argument("--out", help="output directory (default runs/<model>-<data>-<method>)")
+    f.add_argument("--overwrite", action="store_true",
+                   help="replace a run already in --out (without it, a finished run there is "
+                   "refused and an interrupted one says to --resume)")
     f.add_argument("--select-beta", action="store_true",
                    help="pick β on a validation split of the training rows over [n, n/2, …, 0.01] "
                    "(Wei et al. 2021, §6.1), write beta_selection.json, then fit with it")
@@ -296,10 +299,7 @@ def cmd_models(args) -> int:
 def cmd_fit(args) -> int:
     import jax
 
-    from ssgp_ppl.checkpoint import Checkpoint
     from ssgp_ppl.errors import SSGPError
-    from ssgp_ppl.io import write_json
-    from ssgp_ppl.pipeline import fit, metrics_record
 
     entry = _entry(args)
     data = _load_data(args, entry)
@@ -312,6 +312,24 @@ def cmd_fit(args) -> int:
         raise SSGPError(f"training across processes is for methods {able} without "
                         f"--select-beta or --dask, not {method}{extra}")
     out = Path(args.out or f"runs/{entry.name}-{data.name}-{method}")
+    if not writer:
+        return _fit_in(args, entry, data, m, out, writer)
+    from ssgp_ppl import rundir
+
+    with rundir.hold(out):
+        rundir.check_free(out, resume=bool(args.resume), overwrite=args.overwrite)
+        return _fit_in(args, entry, data, m, out, writer)
+
+
+def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
+    """``fit`` in the run directory ``out`` (held by this process)."""
+
+    from ssgp_ppl.checkpoint import Checkpoint
+    from ssgp_ppl.errors import SSGPError
+    from ssgp_ppl.io import write_json
+    from ssgp_ppl.pipeline import fit, metrics_record
+
+    method = m.name
     out.mkdir(parents=True, exist_ok=True)
     if not args.resume and writer:
         write_json(out / "run.json", _run_record(args))
@@ -350,16 +368,23 @@ def cmd_fit(args) -> int:
         res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress,
                   checkpoint=checkpoint, client=dask_client)
     record = metrics_record(res, data)
+    from ssgp_ppl.inference import last_stop_signal
+
+    # interrupted: 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP), as a shell reports it
+    stopped = 128 + int(last_stop_signal["signum"] or 2)
     if not writer:
-        return 130 if res.info.interrupted else 0
+        return stopped if res.info.interrupted else 0
     write_json(out / "metrics.json", record)
     res.save(out / "posterior.nc")  # the DataTree plus what ssgp_ppl.load needs to predict
     _print_table([record], _columns([record]))
     print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)
     if res.info.interrupted:
-        print(f"ssgp-ppl: interrupted at step {res.info.steps}; metrics so far written; "
-              f"continue with: ssgp-ppl fit --resume {out}", file=sys.stderr)
-        return 130
+        import signal as _signal
+
+        name = _signal.Signals(stopped - 128).name
+        print(f"ssgp-ppl: stopped by {name} at step {res.info.steps}; checkpoint and metrics so "
+              f"far written; continue with: ssgp-ppl fit --resume {out}", file=sys.stderr)
+        return stopped
     return 0
 
 

@@ -8,6 +8,7 @@ Minibatches are drawn *with* replacement by ``random.randint`` (O(batch) per ste
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -142,26 +143,48 @@ class _Convergence:
         return bool(before - after <= max(self.s.tol * max(abs(after), 1.0), 2.0 * se))
 
 
+# the signals a checkpointed run stops on gracefully (finish the chunk, save, return what there
+# is): Ctrl-C, a scheduler's / container's / `timeout`'s SIGTERM, a closed terminal's SIGHUP
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+HANDLE_IGNORED_SIGINT = "SSGP_PPL_HANDLE_SIGINT"  # =1: handle SIGINT even when inherited ignored
+last_stop_signal: dict = {"signum": None}  # the signal that stopped the last run (the CLI's exit)
+
+
 @contextmanager
 def _graceful_sigint(enabled: bool):
-    """Yields a dict whose "requested" turns True on Ctrl-C (SIGINT) when ``enabled`` (main thread,
-    SIGINT not ignored); a second Ctrl-C interrupts at once. The previous handler is restored."""
+    """Yields a dict whose "requested" turns True on SIGINT, SIGTERM or SIGHUP when ``enabled``
+    (main thread); a second signal acts at once (the previous handler). A signal the process
+    inherited as ignored stays ignored (``nohup``; a job started with ``&`` ignores SIGINT) unless
+    ``SSGP_PPL_HANDLE_SIGINT=1`` asks for SIGINT. The previous handlers are restored."""
     stop = {"requested": False}
-    previous = signal.getsignal(signal.SIGINT)
-    install = (enabled and threading.current_thread() is threading.main_thread()
-               and previous is not signal.SIG_IGN)
-    restore = previous if previous is not None else signal.default_int_handler
-    if install:
-        def on_sigint(signum, frame):  # finish the chunk, save, return what there is
-            stop["requested"] = True
-            signal.signal(signal.SIGINT, restore)
+    last_stop_signal["signum"] = None
+    installed = {}
+    if enabled and threading.current_thread() is threading.main_thread():
+        for name in STOP_SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is None:  # not on this platform
+                continue
+            previous = signal.getsignal(signum)
+            if previous is signal.SIG_IGN and not (
+                    name == "SIGINT" and os.environ.get(HANDLE_IGNORED_SIGINT) == "1"):
+                continue
+            restore = previous if previous is not None else signal.SIG_DFL
+            if name == "SIGINT" and restore is signal.SIG_IGN:
+                restore = signal.default_int_handler
+            installed[signum] = restore
 
-        signal.signal(signal.SIGINT, on_sigint)
+            def on_signal(num, frame):  # finish the chunk, save, return what there is
+                stop["requested"] = True
+                last_stop_signal["signum"] = num
+                for k, v in installed.items():
+                    signal.signal(k, v)
+
+            signal.signal(signum, on_signal)
     try:
         yield stop
     finally:
-        if install:
-            signal.signal(signal.SIGINT, restore)
+        for k, v in installed.items():
+            signal.signal(k, v)
 
 
 def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=None,

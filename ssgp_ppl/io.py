@@ -1,17 +1,58 @@
-"""Atomic writes (temporary file + rename): an interrupted run never leaves a half-written file."""
+"""Atomic writes: every file the package writes goes to a new temporary file in the target's
+directory (``mkstemp``: created exclusively, never through a planted link), is flushed to disk,
+then renamed over the target; on any failure the temporary file is removed and the old target is
+left as it was. A failed write (a full disk, a read-only file system) is one :class:`SSGPError`
+naming the path."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 
+from ssgp_ppl.errors import SSGPError
 
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes | memoryview) -> None:
+    """``data`` into ``path`` atomically (see the module docstring)."""
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise SSGPError(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a written file gets the usual mode
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            hint = " (the disk is full)" if e.errno == errno.ENOSPC else \
+                " (a read-only file system)" if e.errno == errno.EROFS else ""
+            raise SSGPError(f"cannot write {path}: {e.strerror or e}{hint}; the previous file, "
+                            "if any, is unchanged") from None
+        raise
+    with contextlib.suppress(OSError):  # the rename survives a crash once the directory is synced
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
 
 
 def _finite(obj):
@@ -41,7 +82,6 @@ def print_json(doc, out: str | Path | None = None) -> None:
 
 
 def write_datatree(path: Path, dt) -> None:
-    """netCDF (h5netcdf) of a DataTree, written atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    dt.to_netcdf(tmp, engine="h5netcdf")
-    os.replace(tmp, path)
+    """netCDF (h5netcdf) of a DataTree, written atomically: serialised in memory first, so a
+    full disk is an error of :func:`write_bytes_atomic`, never a failure inside HDF5."""
+    write_bytes_atomic(path, dt.to_netcdf(engine="h5netcdf"))

@@ -173,7 +173,7 @@ def test_cli_sigint_writes_metrics_and_resume_finishes_like_an_uninterrupted_run
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
-    assert "interrupted at step" in err and f"ssgp-ppl fit --resume {run}" in err
+    assert "stopped by SIGINT at step" in err and f"ssgp-ppl fit --resume {run}" in err
     assert "Traceback" not in err
     rec = json.loads((run / "metrics.json").read_text())
     assert rec["interrupted"] is True and 0 < rec["steps"] < 60000 and np.isfinite(rec["rmse"])

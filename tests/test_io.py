@@ -1,0 +1,49 @@
+"""Atomic writes: a new temporary file per write (never through a planted link), the old file kept
+and nothing left behind when the write fails (a full disk, simulated), one error naming the
+path; the DataTree is serialised in memory so HDF5 never meets a full disk."""
+
+import errno
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from ssgp_ppl import io
+from ssgp_ppl.errors import SSGPError
+
+
+def test_planted_links_at_the_old_temporary_names_are_not_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    for name in ("run.json.tmp", ".run.json.tmp", "posterior.nc.tmp", "checkpoint.npz.tmp"):
+        (tmp_path / name).symlink_to(victim)
+    io.write_json(tmp_path / "run.json", {"seed": 1})
+    io.write_datatree(tmp_path / "posterior.nc",
+                      xr.DataTree.from_dict({"a": xr.Dataset({"x": ("t", np.arange(3.0))})}))
+    assert victim.read_text() == "precious"
+    assert io.json.loads((tmp_path / "run.json").read_text()) == {"seed": 1}
+    back = xr.open_datatree(tmp_path / "posterior.nc", engine="h5netcdf")
+    np.testing.assert_array_equal(back["a"]["x"].values, np.arange(3.0))
+    mode = (tmp_path / "run.json").stat().st_mode & 0o777
+    assert mode == 0o666 & ~io._UMASK  # the usual mode, not mkstemp's 0600
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS])
+def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(tmp_path, monkeypatch, err):
+    target = tmp_path / "metrics.json"
+    target.write_text("old")
+
+    def full(fd):
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(io.os, "fsync", full)
+    with pytest.raises(SSGPError) as e:
+        io.write_json(target, {"rmse": 1.0})
+    assert str(target) in str(e.value) and "unchanged" in str(e.value)
+    assert ("disk is full" in str(e.value)) == (err == errno.ENOSPC)
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+    with pytest.raises(SSGPError, match="cannot write .*posterior.nc"):
+        io.write_datatree(tmp_path / "posterior.nc", xr.DataTree())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
