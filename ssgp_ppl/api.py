@@ -48,7 +48,7 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         method: str | None = None, seed: int = 0, steps: int | None = None,
         settings: dict | list[str] | None = None, split: int = 0, x_test=None, y_test=None,
         test=None, inputs=None, drop=None, dropna: bool = False, encode: str | None = None,
-        dates: str | None = None, progress: bool = False) -> Posterior:
+        dates: str | None = None, force: bool = False, progress: bool = False) -> Posterior:
     """Fit a catalog model and return its :class:`~ssgp_ppl.posterior.Posterior`.
 
     ``model``: a catalog name (``ssgp_ppl.catalog()``), a TOML path or a loaded entry;
@@ -62,7 +62,8 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     choose the input columns (a list or ``"a,b"``), ``dropna`` drops rows with missing values,
     ``encode="onehot"`` turns text columns into 0/1 inputs, ``dates="numeric"`` date columns into
     days since 1970-01-01; ``test`` a file or DataFrame of test rows (then every row of ``data``
-    trains). The posterior's ``predict`` takes a DataFrame of the same columns.
+    trains). The posterior's ``predict`` takes a DataFrame of the same columns. ``force``: run
+    a fit whose memory estimate exceeds the machine's (refused otherwise).
     """
     entry = _entry(model, settings)
     lik = entry.lik
@@ -82,7 +83,7 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         raise SSGPError("fit needs data= (a name, a file path or a DataFrame) or x= and y= arrays")
     if steps is not None and steps < 1:
         raise SSGPError(f"steps must be >= 1, got {steps}")
-    return pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress)
+    return pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress, force=force)
 
 
 def load(path: str | Path) -> Posterior:

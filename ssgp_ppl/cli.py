@@ -16,19 +16,20 @@ from pathlib import Path
 from ssgp_ppl import __version__, methods  # imports JAX without starting a backend
 from ssgp_ppl.checkpoint import DEFAULT_EVERY
 from ssgp_ppl.entry import CATALOG_ENV
+from ssgp_ppl.errors import SEED_MAX
 
 CHAINS_DEVICES = 4  # host devices so that 4 NUTS chains run in parallel
 
 
-def _integer(low: int, what: str):
-    """argparse type: an integer >= ``low`` (``what`` names it in the error)."""
+def _integer(low: int, what: str, high: int | None = None):
+    """argparse type: an integer in [``low``, ``high``] (``what`` names it in the error)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if value < low:
+        if value < low or (high is not None and value > high):
             raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
         return value
 
@@ -37,6 +38,7 @@ def _integer(low: int, what: str):
 
 _positive = _integer(1, "a positive integer")
 _non_negative = _integer(0, "an integer >= 0")
+_seed = _integer(0, f"an integer from 0 to {SEED_MAX}", SEED_MAX)
 
 
 # the fit arguments a run directory's run.json records (what --resume restores)
@@ -65,7 +67,10 @@ def _resume_args(args, defaults) -> None:
     try:
         saved = json.loads(path.read_text())
         for k in RUN_ARGS:  # the table options may be absent (they keep their defaults)
-            setattr(args, k, saved[k] if k not in TABLE_ARGS else saved.get(k, getattr(args, k)))
+            value = saved[k] if k not in TABLE_ARGS else saved.get(k, getattr(args, k))
+            if not _run_value_ok(k, value):
+                raise TypeError(f"{k!r} is {value!r}")
+            setattr(args, k, value)
         catalogs = saved.get("catalog", [])
     except (ValueError, KeyError, TypeError) as e:
         raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
@@ -74,6 +79,29 @@ def _resume_args(args, defaults) -> None:
     for d in catalogs:  # the user catalogs the run's entry came from
         add_catalog(d)
     args.out = args.resume
+
+
+_RUN_INTS = ("split", "seed", "extra_noise_inputs", "checkpoint_every")
+_RUN_OPTIONAL_INTS = ("subsample", "steps")
+_RUN_BOOLS = ("x64", "select_beta", "dropna")
+
+
+def _run_value_ok(key: str, value) -> bool:
+    """A run.json value has the type its flag gives (a hand-edited file is refused up front)."""
+    def integer(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if key in _RUN_INTS:
+        return integer(value) and value >= 0
+    if key in _RUN_OPTIONAL_INTS:
+        return value is None or (integer(value) and value >= 1)
+    if key in _RUN_BOOLS:
+        return isinstance(value, bool)
+    if key == "threshold":
+        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+    if key == "sets":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return value is None or isinstance(value, str)
 
 
 def _run_record(args) -> dict:
@@ -115,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="catalog entry name (see `ssgp-ppl models`) or a .toml path")
         q.add_argument("--data", required=not resumable, help="data set name or CSV/Parquet path")
         q.add_argument("--target", help="target column of a CSV/Parquet file (default: last)")
-        q.add_argument("--split", type=int, default=0, help="split index / seed (default 0)")
+        q.add_argument("--split", type=_seed, default=0, help="split index / seed (default 0)")
         q.add_argument("--subsample", type=_positive, help="rows to draw from a large data set")
         q.add_argument("--data-dir", help="data directory (default: $SSGP_PPL_DATA or ../shared/data)")
         q.add_argument("--x-scaling", choices=("standard", "minmax"),
@@ -139,10 +167,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="date columns become days since 1970-01-01")
         t.add_argument("--test", metavar="FILE", help="score on this file's rows (same columns); "
                        "every row of --data then trains")
-        q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+        q.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
         q.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a catalog key, e.g. --set m=50 --set svi.lr=0.005")
         q.add_argument("--x64", action="store_true", help="compute in float64")
+        q.add_argument("--force", action="store_true",
+                       help="run a fit whose memory estimate exceeds this machine's memory")
         q.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     f = add("fit", help="fit a catalog model, write metrics.json and posterior.nc")
@@ -366,7 +396,7 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
         cluster = contextlib.nullcontext()
     with cluster as dask_client:
         res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress,
-                  checkpoint=checkpoint, client=dask_client)
+                  checkpoint=checkpoint, client=dask_client, force=args.force)
     record = metrics_record(res, data)
     from ssgp_ppl.inference import last_stop_signal
 
@@ -431,9 +461,29 @@ def main(argv: list[str] | None = None) -> int:
         except (SSGPError, OSError, ValueError) as e:  # bad input: one line, exit 2
             if args.debug:
                 raise
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if isinstance(e, OSError) and e.filename and e.strerror:
+                msg = f"{e.filename}: {e.strerror}"
+            else:
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             print(f"ssgp-ppl: error: {msg}", file=sys.stderr)
             return 2
+        except MemoryError:
+            if args.debug:
+                raise
+            print("ssgp-ppl: error: out of memory; lower m, subsample the rows or pick a smaller "
+                  "guide", file=sys.stderr)
+            return 1
+        except Exception as e:  # a bug, not bad input: say so; the traceback with --debug
+            if args.debug:
+                raise
+            text = " ".join(str(e).split())[:300]
+            if "RESOURCE_EXHAUSTED" in text:
+                print("ssgp-ppl: error: out of memory in XLA; lower m, subsample the rows or pick "
+                      "a smaller guide", file=sys.stderr)
+                return 1
+            print(f"ssgp-ppl: internal error ({type(e).__name__}: {text}); please report it with "
+                  "the command and the traceback that --debug prints", file=sys.stderr)
+            return 1
     except KeyboardInterrupt:
         print("ssgp-ppl: interrupted", file=sys.stderr)
         return 130

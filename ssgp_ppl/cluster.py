@@ -56,13 +56,18 @@ def _distributed():
     return distributed
 
 
+LOOPBACK = "127.0.0.1"
+
+
 @contextmanager
 def client(address: str | None = None, *, workers: int = 2, threads_per_worker: int = 1,
            dashboard_address: str | None = None, **cluster_kw) -> Iterator[distributed.Client]:
     """A ``distributed.Client``: on a new ``LocalCluster`` of ``workers`` processes (``address``
     None) or on the scheduler at ``address`` (``"tcp://host:8786"``; the cluster's own workers, the
     other arguments unused). Closes what it opened. ``dashboard_address`` None: no dashboard
-    (``":8787"`` serves it); ``cluster_kw`` go to ``LocalCluster`` (``memory_limit``, …)."""
+    (``"127.0.0.1:8787"`` serves it); ``cluster_kw`` go to ``LocalCluster`` (``memory_limit``, …).
+    A local cluster listens on 127.0.0.1 only. A scheduler at ``address`` runs whatever it is sent
+    as the fit's user: connect only to a cluster you control (TLS: ``distributed``'s ``Security``)."""
     dist = _distributed()
     if address is not None:
         with dist.Client(address) as c:
@@ -74,8 +79,12 @@ def client(address: str | None = None, *, workers: int = 2, threads_per_worker: 
     if dashboard_address is None:  # the scheduler's HTTP server (health, metrics) on a free port,
         # not on :8787: a second cluster on the machine would warn "Port 8787 is already in use"
         cluster_kw["scheduler_kwargs"] = {"dashboard": False, **cluster_kw.get("scheduler_kwargs", {})}
+    # the scheduler, the workers and the HTTP server listen on the loopback interface only: the
+    # scheduler port is unauthenticated and tasks are unpickled (see the docs' "Scale" section)
+    cluster_kw.setdefault("host", LOOPBACK)
     with (dist.LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker,
-                            processes=True, dashboard_address=dashboard_address or ":0",
+                            processes=True,
+                            dashboard_address=dashboard_address or f"{LOOPBACK}:0",
                             **cluster_kw) as cluster,
           dist.Client(cluster) as c):
         yield c

@@ -268,6 +268,11 @@ def load(
             )
     else:
         path = Path(raw_name).expanduser()
+        if path.is_dir():
+            raise SSGPError(f"data '{raw_name}' is a directory, not a data file (give a CSV, TSV, "
+                            "TXT or Parquet file)")
+        if path.is_symlink() and not path.exists():
+            raise SSGPError(f"data '{raw_name}' is a symbolic link to nothing (broken, or a loop)")
         if not path.is_file():
             known = ", ".join(KNOWN)
             if _looks_like_path(raw_name):
@@ -346,6 +351,14 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
     y_tr_raw, y_te_raw = y[train_idx], y[test_idx]
     x_scaler = _fit_x_scaler(x_tr_raw, x_scaling)
     y_scaler = _fit_standard(y_tr_raw)
+    if target_kind == "continuous" and np.ptp(y_tr_raw) == 0:
+        raise SSGPError(f"'{name}': target {tname!r} is constant ({y_tr_raw[0]:g}) on the "
+                        f"{len(y_tr_raw)} training rows: there is nothing to learn")
+    y_sd = float(np.asarray(y_scaler.scale))
+    if target_kind == "continuous" and not Y_SCALE_RANGE[0] <= y_sd <= Y_SCALE_RANGE[1]:
+        raise SSGPError(f"'{name}': target {tname!r} has standard deviation {y_sd:.3g}; variances "
+                        "in its units would leave float64's range: divide the target by a power "
+                        "of ten so that its spread is between 1e-150 and 1e150")
     if target_kind == "binary":
         cut = float(np.median(y_tr_raw)) if threshold is None else float(threshold)
         y_tr_raw, y_te_raw = (y_tr_raw > cut).astype(np.float64), (y_te_raw > cut).astype(np.float64)
@@ -445,9 +458,19 @@ def _split_indices(name: str, n: int, spec, rng: np.random.Generator):
     raise AssertionError(kind)  # pragma: no cover
 
 
+Y_SCALE_RANGE = (1e-150, 1e150)  # a target's sd whose square (predictive variances) is finite
+
+
 def _fit_standard(a: np.ndarray) -> Scaler:
-    mean = a.mean(axis=0)
-    std = a.std(axis=0)
+    """Mean and standard deviation per column, in float64 and scaled first by max |a| so that the
+    squares can neither overflow (values near 1e308) nor underflow (values near 1e-300); a
+    constant column keeps scale 1."""
+    a = np.asarray(a, np.float64)
+    big = np.max(np.abs(a), axis=0) if a.size else np.ones(a.shape[1:])
+    safe = (big == 0) | ((big > 1e-100) & (big < 1e100))  # squares stay in range: as they are
+    big = np.where(safe | (big == 0), 1.0, big)
+    u = a / big
+    mean, std = u.mean(axis=0) * big, u.std(axis=0) * big
     scale = np.where(std > 0, std, 1.0)
     return Scaler(np.asarray(mean, dtype=np.float64), np.asarray(scale, dtype=np.float64))
 
@@ -455,10 +478,11 @@ def _fit_standard(a: np.ndarray) -> Scaler:
 def _fit_x_scaler(x: np.ndarray, how: str) -> Scaler:
     if how == "standard":
         return _fit_standard(x)
+    x = np.asarray(x, np.float64)
     lo, hi = x.min(axis=0), x.max(axis=0)
-    half = (hi - lo) / 2.0
+    half = hi / 2.0 - lo / 2.0  # (hi - lo) / 2 without overflowing at ±1e308
     return Scaler(
-        np.asarray((hi + lo) / 2.0, dtype=np.float64),
+        np.asarray(hi / 2.0 + lo / 2.0, dtype=np.float64),
         np.asarray(np.where(half > 0, half, 1.0), dtype=np.float64),
     )
 
@@ -688,13 +712,17 @@ def _cache_dir() -> Path:
 
 
 def _cached_parse(path: Path, tag: str, parse) -> np.ndarray:
-    """Return ``parse()``, cached as .npy keyed by the source's size and mtime.
+    """Return ``parse()``, cached as .npy keyed by the SHA-256 of the source's bytes (an edit
+    that keeps the size and the modification time still gets a fresh parse).
 
     The cache lives in ``$SSGP_PPL_CACHE`` or ``~/.cache/ssgp_ppl``; it is written atomically
     (temporary file + ``os.replace``); an unwritable or corrupt cache just means re-parsing.
     """
-    st = path.stat()
-    cache = _cache_dir() / f"{tag}-{_CACHE_VERSION}-{st.st_size}-{st.st_mtime_ns}.npy"
+    import hashlib
+
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()[:32]
+    cache = _cache_dir() / f"{tag}-{_CACHE_VERSION}-{digest}.npy"
     if cache.is_file():
         try:
             a = np.load(cache, allow_pickle=False)
@@ -746,6 +774,8 @@ def _sniff_sep(path: Path, compressed: bool) -> str:
         return ","
     if "\t" in first:
         return "\t"
+    if ";" in first:
+        return ";"
     return r"\s+"
 
 
@@ -761,8 +791,8 @@ def _read_table(path: Path) -> pd.DataFrame:
         else:
             compressed = low.endswith(".gz")
             base = low.removesuffix(".gz")
-            if base.endswith(".csv"):
-                sep = ","
+            if base.endswith(".csv"):  # comma, or semicolon where the header has only those
+                sep = ";" if _sniff_sep(path, compressed) == ";" else ","
             elif base.endswith(".tsv"):
                 sep = "\t"
             else:

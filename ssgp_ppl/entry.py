@@ -45,7 +45,7 @@ _BASE: dict = {  # everything but [inference], whose tables the methods declare
     "description": Field(str, None, "one-line description shown by `ssgp-ppl models`"),
     "paper": Field(str, "", "where the model comes from (seed and equation)"),
     "model": {
-        "m": Field(int, 20, "number of frequencies (2m features)", low=1),
+        "m": Field(int, 20, "number of frequencies (2m features)", low=1, high=100_000),
         "spectral_density": Field(str, "se", "kernel family", choices=tuple(spectral.DENSITIES)),
         "parameterization": Field(str, "free", "free θ | scaled (s ⊙ λ, Tan et al. 2016, eq. 4)",
                                   choices=("free", "scaled")),
@@ -56,7 +56,8 @@ _BASE: dict = {  # everything but [inference], whose tables the methods declare
         "likelihood": Field(str, "gaussian", "observation model p(y | f) (Wei et al. 2021, §2)",
                             choices=LIKELIHOODS),
         "df": Field((int, float), 4.0, "Student-t degrees of freedom", low=0, open_low=True),
-        "spectral_seed": Field(int, 0, "seed of the fixed standard spectral points", low=0),
+        "spectral_seed": Field(int, 0, "seed of the fixed standard spectral points", low=0,
+                               high=2**30),
         "noise": _hyper_schema(0.3),
         "signal": _hyper_schema(1.0),
         "lengthscales": _hyper_schema(1.0, "lognormal"),

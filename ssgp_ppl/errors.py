@@ -1,6 +1,18 @@
 """The package's one error type: every bad input raises :class:`SSGPError` with one line naming it."""
 
 
+SEED_MAX = 2**30  # seeds (and split indices) from 0 to this; offsets for paths and SMC stay in int32
+
+
+def check_seed(seed, what: str = "seed") -> int:
+    """``seed`` as an int in [0, SEED_MAX], else an SSGPError naming ``what``."""
+    import numbers
+
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= SEED_MAX:
+        raise SSGPError(f"{what} must be an integer from 0 to {SEED_MAX}, got {seed!r}")
+    return int(seed)
+
+
 class SSGPError(ValueError):
     """A bad input, a bad catalog entry, or a numerical failure the user can act on.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 
 import jax
@@ -17,12 +18,12 @@ import numpy as np
 import xarray as xr
 from scipy.special import ndtr
 
-from ssgp_ppl import datatree, methods, paths
+from ssgp_ppl import datatree, methods, paths, resources
 from ssgp_ppl.calibration import vi_loo_weights
 from ssgp_ppl.checkpoint import Checkpoint, run_fingerprint
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.entry import CatalogEntry
-from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.errors import SSGPError, check_seed
 from ssgp_ppl.linalg import check_finite
 from ssgp_ppl.metrics import likelihood_metrics, regression_metrics
 from ssgp_ppl.posterior import Handoff, Posterior
@@ -50,9 +51,10 @@ def prerequisites(entry: CatalogEntry, data: Dataset, method: methods.Method, *,
 
 def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: int = 0,
         steps: int | None = None, progress: bool = True, inputs: Handoff | None = None,
-        checkpoint: Checkpoint | None = None, client=None) -> Posterior:
+        checkpoint: Checkpoint | None = None, client=None, force: bool = False) -> Posterior:
     """Fit ``entry`` on ``data`` with ``method`` (default: the entry's own), predict the test split,
-    score it and build the DataTree.
+    score it and build the DataTree. A fit whose memory estimate exceeds the machine's is refused
+    unless ``force`` (:mod:`ssgp_ppl.resources`).
 
     ``inputs``: the hand-over from the entry's own method (type-II estimates, spectral points,
     partitions); default: fitted here by :func:`prerequisites` when the method needs it.
@@ -61,6 +63,12 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
     ``distributed.Client``): the test predictions, and the local fits, run in chunks on it.
     """
     m = methods.get(method or entry.methods[0])
+    seed = check_seed(seed)
+    needs = resources.check(entry, data.n_train, data.n_features, data.n_test, m.name, force=force)
+    if needs.guide_params > resources.GUIDE_PARAMS_LOUD and progress:
+        print(f"ssgp-ppl: {entry.name}: the {needs.guide} guide has {needs.guide_params:.3g} "
+              f"parameters ({needs.what}); every step updates all of them, so steps are slow",
+              file=sys.stderr)
     if steps is not None and steps < 1:
         raise SSGPError(f"--steps must be >= 1, got {steps}")
     check_test_inputs(data.x_train, data.x_test)
@@ -100,7 +108,14 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
         pred = post.predict_standardised(data.x_test, seed=seed, client=client, progress=progress)
         predict_seconds = time.perf_counter() - t1
         check_finite(f"{post.model}:{post.method} predictions of the test rows", pred.mean, pred.var)
-        metrics = _scores(post, pred, data, lik, flat)
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported just below
+            metrics = _scores(post, pred, data, lik, flat)
+        bad = [k for k, v in metrics.items() if not np.isfinite(v)]
+        if bad:  # never a null in metrics.json: say what overflowed
+            y_test = np.asarray(data.y_test, np.float64)
+            raise SSGPError(f"test metrics {', '.join(bad)} are not finite: the test targets reach "
+                            f"{np.max(np.abs(y_test)):.3g} training standard deviations from the "
+                            "training mean (check the test data; --x64 computes in float64)")
     t_loo = time.perf_counter()
     x, y = jax.numpy.asarray(data.x_train), jax.numpy.asarray(data.y_train)
     loglik, y_rep = datatree.train_draws(flat, x, y - post.y_centre, seed + 3, lik) if flat \

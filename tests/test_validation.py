@@ -26,6 +26,19 @@ def _frame(n=40, d=3, seed=0):
     return pd.DataFrame({**{f"x{j}": x[:, j] for j in range(d)}, "y": np.sin(x).sum(1)})
 
 
+def _raw(tmp_path, text, name="raw.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _loop(tmp_path):
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    return str(a)
+
+
 def _toml(tmp_path, text):
     path = tmp_path / "entry.toml"
     path.write_text(text)
@@ -88,6 +101,30 @@ CASES = {
     "coordinator-without-port": (lambda t: ["svbssgp", "--data", "pendulum", "--coordinator", "node0",
                                             "--num-processes", "2", "--process-id", "0"],
                                  ["--coordinator must be HOST:PORT", "node0"]),
+    # hostile or careless input
+    "constant-target": (lambda t: ["ssgp", "--data", _csv(t, _frame().assign(y=3.0))],
+                        ["target 'y' is constant (3)", "nothing to learn"]),
+    "target-beyond-float64-variance": (
+        lambda t: ["ssgp", "--data", _csv(t, _frame().assign(y=lambda f: f.y * 1e300))],
+        ["standard deviation", "divide the target"]),
+    "tiny-target": (lambda t: ["ssgp", "--data", _csv(t, _frame().assign(y=lambda f: f.y * 1e-300))],
+                    ["standard deviation", "between 1e-150 and 1e150"]),
+    "test-value-overflows-metrics": (
+        lambda t: ["ssgp", "--data", _csv(t, _frame()), "--test",
+                   _csv(t, _frame(n=5, seed=1).assign(y=[0, 0, 0, 0, 1e200]), "test.csv")],
+        ["test metrics", "not finite", "e+199 training standard deviations"]),
+    "duplicate-header-target": (
+        lambda t: ["ssgp", "--data", _raw(t, "a,y,y\n" + "\n".join(f"{i},{i},{i % 3}"
+                                                                    for i in range(30))),
+                   "--target", "y"], ["duplicate column names: y"]),
+    "data-is-a-directory": (lambda t: ["ssgp", "--data", str(t)], ["is a directory"]),
+    "data-symlink-loop": (lambda t: ["ssgp", "--data", _loop(t)], ["symbolic link to nothing"]),
+    "m-absurd": (lambda t: ["ssgp", "--data", "pendulum", "--set", "m=9223372036854775807"],
+                 ["model.m", "<= 100000"]),
+    "spectral-seed-float": (lambda t: ["ssgp", "--data", "pendulum", "--set", "spectral_seed=1e20"],
+                            ["model.spectral_seed", "expected int"]),
+    "memory-estimate": (lambda t: ["ssgp", "--data", "pendulum", "--set", "m=100000"],
+                        ["needs about", "GiB", "m = 100000", "--force"]),
     # catalog files
     "catalog-unknown-key": (lambda t: [_toml(t, BASE.replace("m = 5", "m = 5\nsize = 3")),
                                        "--data", "pendulum"], ["entry.toml", "model.size", "unknown key"]),
@@ -134,3 +171,88 @@ def test_test_inputs_with_other_columns_are_refused(pendulum):
     bad = pendulum._replace(x_test=np.c_[pendulum.x_test, pendulum.x_test[:, :1]])
     with pytest.raises(SSGPError, match=r"inputs have \d+ columns but the model was built for"):
         fit(entry, bad, progress=False)
+
+
+@pytest.mark.parametrize("seed", ["99999999999999999999999", "-1", "1073741825"])
+def test_seeds_out_of_range_are_refused_before_any_work(seed, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "ssgp", "--data", "pendulum", "--seed", seed])
+    assert e.value.code == 2
+    assert "expected an integer from 0 to 1073741824" in capsys.readouterr().err
+    with pytest.raises(SSGPError, match="seed must be an integer from 0 to"):
+        import ssgp_ppl
+
+        ssgp_ppl.fit("ssgp", data="pendulum", seed=int(seed) if seed != "99999999999999999999999"
+                     else 10**23)
+
+
+def test_an_unexpected_exception_is_an_internal_error_line_exit_1(monkeypatch, capsys):
+    import ssgp_ppl.cli as cli
+
+    def boom(args):
+        raise RuntimeError("something\nbroke")
+
+    monkeypatch.setattr(cli, "cmd_models", boom)
+    assert cli.main(["models"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "internal error (RuntimeError: something broke)" in err
+    assert "please report" in err and "--debug" in err
+    with pytest.raises(RuntimeError):
+        cli.main(["models", "--debug"])
+
+
+def test_hand_edited_run_json_and_checkpoint_are_refused(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "run"
+    assert main(["fit", "ssgp", "--data", "pendulum", "--steps", "20", "--no-progress",
+                 "--out", str(out)]) == 0
+    run = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps(run | {"seed": "1"}))
+    capsys.readouterr()
+    assert main(["fit", "--resume", str(out)]) == 2
+    assert "run.json is corrupt" in capsys.readouterr().err
+    (out / "run.json").write_text(json.dumps(run))
+    z = dict(np.load(out / "checkpoint.npz"))
+    meta = json.loads(z["meta"].tobytes().decode())
+    z["meta"] = np.frombuffer(json.dumps(meta | {"done": 10**9}).encode(), np.uint8)
+    np.savez(out / "checkpoint.npz", **z)
+    assert main(["fit", "--resume", str(out)]) == 2
+    assert "is corrupt (1000000000 steps done but 20 losses)" in capsys.readouterr().err
+
+
+def test_semicolon_csv_reads_and_the_parse_cache_sees_same_size_edits(tmp_path, monkeypatch):
+    import os
+
+    from ssgp_ppl import datasets
+
+    path = tmp_path / "semi.csv"
+    path.write_text("a;b;y\n" + "\n".join(f"{i};{i * 2};{i % 5}" for i in range(30)) + "\n")
+    data = load(str(path))
+    assert data.feature_names == ("a", "b") and data.n_train + data.n_test == 30
+
+    monkeypatch.setenv("SSGP_PPL_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "src.txt"
+    src.write_text("1 2\n")
+    calls = []
+
+    def parse():
+        calls.append(1)
+        return np.array([[float(v) for v in src.read_text().split()]])
+
+    a = datasets._cached_parse(src, "t", parse)
+    st = src.stat()
+    src.write_text("3 4\n")  # same size, modification time put back
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    b = datasets._cached_parse(src, "t", parse)
+    assert a.tolist() == [[1.0, 2.0]] and b.tolist() == [[3.0, 4.0]] and len(calls) == 2
+
+
+def test_columns_near_the_float64_limits_keep_their_information(tmp_path):
+    """A column of magnitude 1e160 or 1e-170: its standardised values are the same as those of
+    the column at magnitude 1 (the standard deviation must not overflow or underflow)."""
+    f = _frame(n=60)
+    ref = load(_csv(tmp_path, f, "ref.csv"))
+    for k in (1e160, 1e-170):
+        data = load(_csv(tmp_path, f.assign(x0=f.x0 * k), f"s{k}.csv"))
+        np.testing.assert_allclose(data.x_train[:, 0], ref.x_train[:, 0], rtol=1e-9, atol=1e-12)
