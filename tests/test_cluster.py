@@ -228,3 +228,18 @@ def test_package_imports_without_dask_and_names_the_extra(monkeypatch):
             pass
     with pytest.raises(SSGPError, match=r"optional extra"):
         fresh.repeat(_bench, [0])
+
+
+def _http_sockets(dask_scheduler):
+    server = dask_scheduler.http_server
+    return [] if server is None else [sock.getsockname()[0] for sock in server._sockets.values()]
+
+
+def test_local_cluster_listens_on_the_loopback_interface_only(dask_client):
+    """The scheduler (unauthenticated, it unpickles tasks), every worker and the scheduler's HTTP
+    server of a local cluster bind 127.0.0.1, never all interfaces (0.0.0.0)."""
+    info = dask_client.scheduler_info()
+    assert dask_client.scheduler.address.startswith("tcp://127.0.0.1:")
+    assert info["workers"] and all(a.startswith("tcp://127.0.0.1:") for a in info["workers"])
+    hosts = dask_client.run_on_scheduler(_http_sockets)
+    assert hosts and set(hosts) == {"127.0.0.1"}, hosts
