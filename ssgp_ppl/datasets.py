@@ -799,11 +799,21 @@ def _read_table(path: Path) -> pd.DataFrame:
                 sep = _sniff_sep(path, compressed)
             # pandas renames a repeated header name (y, y -> y, y.1): read the header as data
             header = [str(c) for c in pd.read_csv(path, sep=sep, header=None, nrows=1,
-                                                  engine="c", dtype=str).iloc[0]]
+                                                  engine="c", dtype=str, na_filter=False).iloc[0]]
+            blank = [i + 1 for i, c in enumerate(header) if not c.strip()]
+            if blank:  # pandas would name them "Unnamed: k"
+                raise SSGPError(f"data file '{path}': column {', '.join(map(str, blank))} of the "
+                                "header has no name")
             dup = sorted({c for c in header if header.count(c) > 1})
             if dup:
-                raise SSGPError(f"data file '{path}' has duplicate column names: {', '.join(dup)}")
+                raise SSGPError(f"data file '{path}' has duplicate column names: "
+                                f"{', '.join(map(repr, dup))}")
             df = pd.read_csv(path, sep=sep, header=0, engine="c")
+            if [str(c) for c in df.columns] != header:  # nothing renamed behind the user's back
+                raise SSGPError(f"data file '{path}': its header could not be read as written "
+                                f"({', '.join(map(repr, header[:5]))}…)")
+    except SSGPError:
+        raise
     except pd.errors.EmptyDataError:
         raise SSGPError(f"data file '{path}' is empty") from None
     except (ValueError, OSError, ImportError, pd.errors.ParserError) as e:

@@ -47,3 +47,31 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(tmp_path, monkeypa
     with pytest.raises(SSGPError, match="cannot write .*posterior.nc"):
         io.write_datatree(tmp_path / "posterior.nc", xr.DataTree())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 96 KiB tmpfs (skipped where this machine does not let the tests mount one)."""
+    import shutil
+    import subprocess
+
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mnt)],
+            capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root); the ENOSPC cases above simulate it")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_a_fit_onto_a_full_disk_is_one_error_and_leaves_no_partial_file(tiny_disk, capsys):
+    from ssgp_ppl.cli import main
+
+    out = tiny_disk / "run"
+    assert main(["fit", "ssgp", "--data", "pendulum", "--steps", "20", "--no-progress",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "No space left on device" in err and str(out) in err
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    assert not (out / "posterior.nc").exists()

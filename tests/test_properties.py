@@ -66,3 +66,77 @@ def _check(name, overrides, case, tmp_path_factory):
         return
     assert np.isfinite(res.mean).all() and np.isfinite(res.var).all() and (res.var > 0).all()
     assert all(np.isfinite(v) for k, v in res.metrics.items() if k != "nmse" or kind == "smooth")
+
+
+# --------------------------------------------------------------------------- hostile tables
+_NAME = st.one_of(
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=6),
+    st.integers(-5, 99).map(str), st.sampled_from(["a", "y", "x 1", "é", "1.5", "", " "]))
+
+
+@st.composite
+def _table(draw):
+    """A header (duplicates, unicode, numbers, blanks possible), a separator, maybe a BOM, and
+    values of magnitude 1e-300 … 1e300 per column."""
+    d = draw(st.integers(1, 4))
+    names = draw(st.lists(_NAME, min_size=d + 1, max_size=d + 1))
+    sep = draw(st.sampled_from([",", "\t", ";"]))
+    n = draw(st.integers(12, 40))
+    exps = draw(st.lists(st.integers(-300, 300), min_size=d, max_size=d))
+    exps.append(draw(st.integers(-160, 160)))  # the target: mostly within float64's variances
+    seed = draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal((n, d + 1)) * np.power(10.0, exps)
+    bom = draw(st.booleans())
+    return names, sep, values, bom
+
+
+def _write_table(path, names, sep, values, bom):
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8-sig" if bom else "utf-8") as f:
+        w = csv.writer(f, delimiter=sep)
+        w.writerow(names)
+        w.writerows([[repr(float(v)) for v in row] for row in values])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table=_table())
+def test_any_table_loads_exactly_or_is_refused_in_one_line(table, tmp_path_factory):
+    """Through ``load``: either the data come back exactly (inputs and target, names as written,
+    every row once) or one SSGPError line says why; never a silently changed table."""
+    from ssgp_ppl.datasets import load
+
+    names, sep, values, bom = table
+    suffix = {",": ".csv", "\t": ".tsv", ";": ".csv"}[sep]
+    path = tmp_path_factory.mktemp("t") / f"table{suffix}"
+    _write_table(path, names, sep, values, bom)
+    try:
+        data = load(str(path))
+    except SSGPError as e:
+        assert "\n" not in str(e) and str(e)
+        return
+    assert list(data.feature_names) == names[:-1] and data.target_name == names[-1]
+    x = np.concatenate([data.x_scaler.inverse(data.x_train), data.x_scaler.inverse(data.x_test)])
+    y = np.concatenate([data.y_scaler.inverse(data.y_train), data.y_scaler.inverse(data.y_test)])
+    got = np.column_stack([x, y])
+    order = np.lexsort(got.T[::-1])
+    want = values[np.lexsort(values.T[::-1])]
+    np.testing.assert_allclose(got[order], want, rtol=1e-9, atol=0)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table=_table())
+def test_any_table_fits_or_is_refused_in_one_line(table, tmp_path_factory):
+    """A short type-II fit of the same kind of table: finite metrics or one SSGPError line."""
+    import ssgp_ppl
+
+    names, sep, values, bom = table
+    path = tmp_path_factory.mktemp("f") / ("table.tsv" if sep == "\t" else "table.csv")
+    _write_table(path, names, sep, values, bom)
+    try:
+        post = ssgp_ppl.fit("ssgp", data=str(path), settings={"m": 3, "ml.steps": 20})
+    except SSGPError as e:
+        assert "\n" not in str(e) and str(e)
+        return
+    assert all(np.isfinite(v) for v in post.metrics.values())

@@ -83,7 +83,7 @@ def test_unseen_category_and_missing_column_are_refused():
 def test_repeated_header_is_refused(tmp_path):
     p = tmp_path / "dup.csv"
     p.write_text("a,y,y\n1,2,3\n4,5,6\n7,8,9\n")
-    with pytest.raises(SSGPError, match="duplicate column names: y"):
+    with pytest.raises(SSGPError, match="duplicate column names: 'y'"):
         load(str(p), target="y")
 
 

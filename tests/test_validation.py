@@ -116,7 +116,7 @@ CASES = {
     "duplicate-header-target": (
         lambda t: ["ssgp", "--data", _raw(t, "a,y,y\n" + "\n".join(f"{i},{i},{i % 3}"
                                                                     for i in range(30))),
-                   "--target", "y"], ["duplicate column names: y"]),
+                   "--target", "y"], ["duplicate column names: 'y'"]),
     "data-is-a-directory": (lambda t: ["ssgp", "--data", str(t)], ["is a directory"]),
     "data-symlink-loop": (lambda t: ["ssgp", "--data", _loop(t)], ["symbolic link to nothing"]),
     "m-absurd": (lambda t: ["ssgp", "--data", "pendulum", "--set", "m=9223372036854775807"],
