@@ -84,7 +84,9 @@ RUN = textwrap.dedent("""
 def _python(script, *args, **env):
     """A Python subprocess on the CPU backend (the test is about host devices and processes)."""
     return subprocess.Popen([sys.executable, "-c", script, *map(str, args)],
-                            env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
+                            # XLA_FLAGS as given, not inherited: an in-process CLI test on the
+                            # same worker sets 4 host devices (cli._setup_jax)
+                            env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
