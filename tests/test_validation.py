@@ -2,6 +2,7 @@
 SSGPError (a ValueError) from the Python API. Nothing here fits a model for long: every error is
 raised before or at the first step."""
 
+import json
 import subprocess
 import sys
 
@@ -37,6 +38,12 @@ def _loop(tmp_path):
     a.symlink_to(b)
     b.symlink_to(a)
     return str(a)
+
+
+def _latin1_toml(tmp_path):
+    path = tmp_path / "latin.toml"
+    path.write_bytes('description = "café"\n'.encode("latin-1"))
+    return str(path)
 
 
 def _toml(tmp_path, text):
@@ -130,6 +137,11 @@ CASES = {
                                        "--data", "pendulum"], ["entry.toml", "model.size", "unknown key"]),
     "catalog-wrong-type": (lambda t: [_toml(t, BASE.replace("m = 5", 'm = "5"')), "--data", "pendulum"],
                            ["entry.toml", "model.m", "expected int"]),
+    "catalog-nested-too-deeply": (lambda t: [_toml(t, "a = " + "[" * 5000 + "]" * 5000),
+                                             "--data", "pendulum"],
+                                  ["entry.toml: not valid TOML: nested too deeply"]),
+    "catalog-not-utf8": (lambda t: [_latin1_toml(t), "--data",
+                                    "pendulum"], ["latin.toml: not UTF-8 text"]),
     "catalog-impossible-value": (lambda t: [_toml(t, BASE.replace("m = 5", "m = -2")),
                                             "--data", "pendulum"], ["entry.toml", "model.m", ">= 1"]),
 }
@@ -256,3 +268,25 @@ def test_columns_near_the_float64_limits_keep_their_information(tmp_path):
     for k in (1e160, 1e-170):
         data = load(_csv(tmp_path, f.assign(x0=f.x0 * k), f"s{k}.csv"))
         np.testing.assert_allclose(data.x_train[:, 0], ref.x_train[:, 0], rtol=1e-9, atol=1e-12)
+
+
+def test_a_checkpoint_header_claiming_a_huge_array_is_refused(tmp_path):
+    """A .npy header in the checkpoint claiming 1e11 floats: refused as corrupt, no MemoryError."""
+    import io as _io
+    import zipfile
+
+    from ssgp_ppl.checkpoint import Checkpoint
+    from ssgp_ppl.checkpoint import load as load_checkpoint
+
+    path = tmp_path / "checkpoint.npz"
+    header = _io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False,
+                                                  "shape": (10**11,)})
+    meta = json.dumps({"format": 1, "leaves": 1, "done": 0}).encode()
+    meta_npy = _io.BytesIO()
+    np.save(meta_npy, np.frombuffer(meta, np.uint8))
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("meta.npy", meta_npy.getvalue())
+        z.writestr("leaf_0.npy", header.getvalue() + b"\0" * 64)
+    with pytest.raises(SSGPError, match="is corrupt"):
+        load_checkpoint(Checkpoint(path))
