@@ -26,8 +26,8 @@ def estimate(entry, n: int, d: int, n_test: int, method: str) -> Needs:
     by ``method`` on n training rows with d inputs."""
     m = entry.config["model"]["m"]
     latent = m * d + 2 * m + 3  # frequencies, nuisance, hyperparameters: the guide's dimension D
-    guide = entry.config["inference"]["svi"]["guide"] if method == "svi" else "-"
-    params = latent * latent if guide in FULL_RANK else 2 * latent if method == "svi" else 0
+    guide = entry.config["inference"].get(method, {}).get("guide", "-")  # the methods with a guide
+    params = latent * latent if guide in FULL_RANK else 2 * latent if guide != "-" else 0
     features = 3 * n * 2 * m * 4  # Φ, its gradient and one temporary
     gram = 4 * (2 * m) ** 2 * 8  # ΦᵀΦ, its Cholesky factor and two temporaries
     guide_bytes = 4 * params * 4  # parameters, gradient, two Adam moments

@@ -91,8 +91,10 @@ def test_a_failed_save_keeps_the_previous_checkpoint(problem, tmp_path, monkeypa
     def crash(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(ckpt_io.os, "replace", crash)
-    with pytest.raises(OSError, match="disk full"):
+    from ssgp_ppl import io as io_mod
+
+    monkeypatch.setattr(io_mod.os, "replace", crash)
+    with pytest.raises(SSGPError, match="cannot write .*ck.npz: disk full; the previous file"):
         _run(problem, ck, steps=400)
     monkeypatch.undo()
     after = ckpt_io.load(ck)  # still the complete file of the first run
