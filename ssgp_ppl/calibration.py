@@ -30,7 +30,8 @@ def has_loo(dt: xr.DataTree) -> bool:
     return ll is not None and ll.sizes.get("chain", 1) * ll.sizes.get("draw", 0) >= 25
 
 
-def _is_vi(dt: xr.DataTree) -> bool:
+def is_vi(dt: xr.DataTree) -> bool:
+    """Draws of a variational approximation q, with q's log density (``sample_stats.log_q``)."""
     return "sample_stats" in dt.children and "log_q" in dt["sample_stats"].data_vars
 
 
@@ -80,7 +81,7 @@ def loo_summary(dt: xr.DataTree) -> tuple[dict, np.ndarray] | None:
 
     if not has_loo(dt):
         return None
-    vi = _is_vi(dt)
+    vi = is_vi(dt)
     if not vi and not _is_mcmc(dt):  # neither posterior draws nor VI draws with their log q
         return None
     ll = dt["log_likelihood"]["y"]

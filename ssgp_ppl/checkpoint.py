@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
@@ -21,6 +20,7 @@ import numpy as np
 
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.io import write_bytes_atomic
+from ssgp_ppl.settings import is_int, is_number
 
 FORMAT = 1
 DEFAULT_EVERY = 1000  # steps between saves
@@ -116,22 +116,17 @@ def _check_meta(meta: dict, arrays: dict, path) -> None:
     def bad(what):
         raise SSGPError(f"checkpoint {path} is corrupt ({what}); delete it to start afresh")
 
-    def integer(v):
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    def number(v):
-        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
     done, first = meta.get("done"), meta.get("first_chunk")
-    if not integer(done) or done < 0:
+    if not is_int(done) or done < 0:
         bad(f"steps done {done!r} is not an integer >= 0")
     if np.ndim(arrays["losses"]) != 1 or arrays["losses"].shape[0] != done:
         bad(f"{done} steps done but {np.size(arrays['losses'])} losses")
     if not isinstance(meta.get("converged"), bool):
         bad("'converged' is not true or false")
-    if not number(meta.get("seconds")) or meta["seconds"] < 0:
+    if not is_number(meta.get("seconds")) or meta["seconds"] < 0:
         bad(f"seconds {meta.get('seconds')!r} is not a number >= 0")
-    if not (isinstance(first, list) and len(first) == 2 and integer(first[0]) and number(first[1])):
+    if not (isinstance(first, list) and len(first) == 2 and is_int(first[0])
+            and is_number(first[1])):
         bad(f"first_chunk {first!r} is not [steps, seconds]")
     if np.shape(arrays["means"]) != np.shape(arrays["noise_var"]):
         bad("the convergence monitor's arrays differ in length")

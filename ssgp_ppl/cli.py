@@ -88,17 +88,16 @@ _RUN_BOOLS = ("x64", "select_beta", "dropna")
 
 def _run_value_ok(key: str, value) -> bool:
     """A run.json value has the type its flag gives (a hand-edited file is refused up front)."""
-    def integer(v):
-        return isinstance(v, int) and not isinstance(v, bool)
+    from ssgp_ppl.settings import is_int, is_number
 
     if key in _RUN_INTS:
-        return integer(value) and value >= 0
+        return is_int(value) and value >= 0
     if key in _RUN_OPTIONAL_INTS:
-        return value is None or (integer(value) and value >= 1)
+        return value is None or (is_int(value) and value >= 1)
     if key in _RUN_BOOLS:
         return isinstance(value, bool)
     if key == "threshold":
-        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+        return value is None or is_number(value)
     if key == "sets":
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     return value is None or isinstance(value, str)
@@ -467,19 +466,13 @@ def main(argv: list[str] | None = None) -> int:
                 msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             print(f"ssgp-ppl: error: {msg}", file=sys.stderr)
             return 2
-        except MemoryError:
-            if args.debug:
-                raise
-            print("ssgp-ppl: error: out of memory; lower m, subsample the rows or pick a smaller "
-                  "guide", file=sys.stderr)
-            return 1
         except Exception as e:  # a bug, not bad input: say so; the traceback with --debug
             if args.debug:
                 raise
             text = " ".join(str(e).split())[:300]
-            if "RESOURCE_EXHAUSTED" in text:
-                print("ssgp-ppl: error: out of memory in XLA; lower m, subsample the rows or pick "
-                      "a smaller guide", file=sys.stderr)
+            if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text:  # host or XLA memory
+                print("ssgp-ppl: error: out of memory; lower m, subsample the rows or pick a "
+                      "smaller guide", file=sys.stderr)
                 return 1
             print(f"ssgp-ppl: internal error ({type(e).__name__}: {text}); please report it with "
                   "the command and the traceback that --debug prints", file=sys.stderr)

@@ -14,8 +14,8 @@ test masks), so every split is reproducible.
 from __future__ import annotations
 
 import gzip
+import io
 import os
-import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.io import write_bytes_atomic
 from ssgp_ppl.tables import TableEncoding, TableOptions, prepare
 
 __all__ = [
@@ -358,7 +359,8 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
     if target_kind == "continuous" and not Y_SCALE_RANGE[0] <= y_sd <= Y_SCALE_RANGE[1]:
         raise SSGPError(f"'{name}': target {tname!r} has standard deviation {y_sd:.3g}; variances "
                         "in its units would leave float64's range: divide the target by a power "
-                        "of ten so that its spread is between 1e-150 and 1e150")
+                        f"of ten so that its spread is between {Y_SCALE_RANGE[0]:g} and "
+                        f"{Y_SCALE_RANGE[1]:g}")
     if target_kind == "binary":
         cut = float(np.median(y_tr_raw)) if threshold is None else float(threshold)
         y_tr_raw, y_te_raw = (y_tr_raw > cut).astype(np.float64), (y_te_raw > cut).astype(np.float64)
@@ -468,7 +470,7 @@ def _fit_standard(a: np.ndarray) -> Scaler:
     a = np.asarray(a, np.float64)
     big = np.max(np.abs(a), axis=0) if a.size else np.ones(a.shape[1:])
     safe = (big == 0) | ((big > 1e-100) & (big < 1e100))  # squares stay in range: as they are
-    big = np.where(safe | (big == 0), 1.0, big)
+    big = np.where(safe, 1.0, big)
     u = a / big
     mean, std = u.mean(axis=0) * big, u.std(axis=0) * big
     scale = np.where(std > 0, std, 1.0)
@@ -716,7 +718,7 @@ def _cached_parse(path: Path, tag: str, parse) -> np.ndarray:
     that keeps the size and the modification time still gets a fresh parse).
 
     The cache lives in ``$SSGP_PPL_CACHE`` or ``~/.cache/ssgp_ppl``; it is written atomically
-    (temporary file + ``os.replace``); an unwritable or corrupt cache just means re-parsing.
+    (:func:`ssgp_ppl.io.write_bytes_atomic`); an unwritable or corrupt cache just means re-parsing.
     """
     import hashlib
 
@@ -731,18 +733,12 @@ def _cached_parse(path: Path, tag: str, parse) -> np.ndarray:
         except (OSError, ValueError):
             pass
     a = parse()
-    try:
+    buf = io.BytesIO()
+    np.save(buf, a, allow_pickle=False)
+    try:  # a cache that cannot be written just means parsing again next time
         cache.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=cache.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, a, allow_pickle=False)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, cache)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError:
+        write_bytes_atomic(cache, buf.getbuffer())
+    except (OSError, SSGPError):
         pass
     return a
 

@@ -54,6 +54,8 @@ UNITS = {
                     "(energy, diverging, tree depth)",
     "loo_log_weights": "Pareto-smoothed log importance weights of each draw for each left-out "
                        "training row, and their Pareto k",
+    "local_fits": "per test point, its local fit (Tan et al. 2016, §6): q(λ) means on the scaled "
+                  "inputs, lower bound and iterations; f_mean_euclidean in standardised units",
 }
 
 
@@ -131,10 +133,10 @@ def assemble(*, sites: dict | None, chains: int, data, mean_f, var_f,
         if none:
             del inv["f_test"]
         dt["invariants"] = xr.DataTree(invariants.as_dataset(inv, chains))
-    dt.attrs.update(y_scale=scale, y_shift=shift, y_mean=shift,
+    dt.attrs.update(y_scale=scale, y_mean=shift,
                     x_mean=np.atleast_1d(np.asarray(data.x_scaler.mean, float)).tolist(),
                     x_scale=np.atleast_1d(np.asarray(data.x_scaler.scale, float)).tolist())
-    return label_units(dt)
+    return dt
 
 
 def label_units(dt: xr.DataTree) -> xr.DataTree:

@@ -19,7 +19,7 @@ import xarray as xr
 from scipy.special import ndtr
 
 from ssgp_ppl import datatree, methods, paths, resources
-from ssgp_ppl.calibration import vi_loo_weights
+from ssgp_ppl.calibration import is_vi, vi_loo_weights
 from ssgp_ppl.checkpoint import Checkpoint, run_fingerprint
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.entry import CatalogEntry
@@ -140,12 +140,12 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
             path=("draw", np.asarray(post.path_of_draw)))
         ds.attrs.update(combine=post.info.combine, path_weights=list(post.info.path_weights))
         dt["posterior"] = xr.DataTree(ds)
-    if _vi_draws(dt):  # what makes arviz_stats.loo treat q's draws right (docs: VI vs MCMC)
+    vi = is_vi(dt)
+    if vi and "log_likelihood" in dt.children:  # what makes arviz_stats.loo treat q's draws right
         dt["loo_log_weights"] = xr.DataTree(vi_loo_weights(dt))
     datatree.label_units(dt)
     # what the posterior group's draws are: LOO and compare treat them accordingly
-    has_q = "sample_stats" in dt.children and "log_q" in dt["sample_stats"].data_vars
-    dt.attrs["draws"] = ("variational approximation q" if has_q else "posterior sampler"
+    dt.attrs["draws"] = ("variational approximation q" if vi else "posterior sampler"
                          if post.sample_stats is not None else "none (point estimate)"
                          if not flat else "approximate (no log density)")
     dt.attrs.update(model=post.model, method=post.method, dataset=data.name,
@@ -158,12 +158,6 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
     info = dataclasses.replace(post.info, fit_seconds=fit_seconds, predict_seconds=predict_seconds,
                                loo_seconds=post.info.loo_seconds + loo_seconds)
     return post.replace(test=pred, metrics=metrics, datatree=dt, info=info)
-
-
-def _vi_draws(dt) -> bool:
-    """VI draws with their log densities and a pointwise log-likelihood: LOO needs weights."""
-    return ("log_likelihood" in dt.children and "sample_stats" in dt.children
-            and {"lp", "log_q"} <= set(dt["sample_stats"].data_vars))
 
 
 def _scores(post, pred, data, lik, flat) -> dict:

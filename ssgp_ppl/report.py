@@ -27,6 +27,7 @@ from ssgp_ppl.calibration import (
     LOG_EVIDENCE_SPREAD,
     PIT_BAND,
     RUNS_RHAT,
+    PITReading,
     loo_summary,
     pit_reading,
     reference_health,
@@ -83,11 +84,11 @@ def budget(entry: CatalogEntry, n_train: int = 0, **given: int | None) -> Catalo
     """``entry`` with ``compare``'s budget set for every method it runs: ``steps`` (SVI / ML
     steps, NCVMP iterations), ``samples`` and ``chains`` (the reference's draws per chain and
     chains). A budget left at None keeps the catalog's value."""
-    sets = []
+    sets, run = [], methods_to_run(entry, n_train)
     for flag, value in given.items():
         if value is None:
             continue
-        for method in methods_to_run(entry, n_train):
+        for method in run:
             if (key := BUDGET_KEYS[flag].get(method)) is not None:
                 sets.append(f"inference.{method}.{key}={value}")
     return entry.with_overrides(sets) if sets else entry
@@ -116,7 +117,7 @@ def _label(rec: dict, ref_label: str) -> str:
 
 
 def _plots(results: list[Posterior], records: list[dict], data: Dataset,
-           ref_label: str, loo_pit: dict) -> list[tuple[str, str]]:
+           ref_label: str, readings: dict) -> list[tuple[str, str]]:
     import matplotlib.pyplot as plt  # the backend is the caller's (a notebook keeps its inline one)
 
     y = np.asarray(data.y_scaler.inverse(data.y_test))
@@ -147,11 +148,10 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
 
     figs.append(("PIT Δ-ECDF on the test set (exact PIT of the predictive mixture), with the "
                  "simultaneous 99% band of uniform PIT values and its reading",
-                 _pit_plot({_label(rec, ref_label): np.asarray(
-                     r.datatree["predictions_constant_data"]["pit"]) for r, rec in
-                     zip(results, records, strict=True)})))
-    loo_pits = {_label(rec, ref_label): loo_pit[rec["method"]] for rec in records
-                if rec["method"] in loo_pit}
+                 _pit_plot({_label(rec, ref_label): readings[rec["method"]]["test"]
+                            for rec in records})))
+    loo_pits = {_label(rec, ref_label): readings[rec["method"]]["loo"] for rec in records
+                if "loo" in readings[rec["method"]]}
     if loo_pits:
         figs.append(("LOO-PIT Δ-ECDF on the training rows (PSIS; VI draws importance-corrected)",
                      _pit_plot(loo_pits)))
@@ -223,14 +223,13 @@ def modes_figure(records: list[dict], ref_label: str = ""):
     return fig
 
 
-def _pit_plot(pits: dict[str, np.ndarray]) -> str:
+def _pit_plot(readings: dict[str, PITReading]) -> str:
     """One panel per method, each with its own y-axis: the PIT ECDF minus the uniform CDF, its
     simultaneous 99% band (shaded) and the one-line reading (:func:`calibration.pit_reading`)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(pits), figsize=(4.4 * len(pits), 3.6), squeeze=False)
-    for ax, (label, pit) in zip(axes[0], pits.items(), strict=True):
-        r = pit_reading(pit)
+    fig, axes = plt.subplots(1, len(readings), figsize=(4.4 * len(readings), 3.6), squeeze=False)
+    for ax, (label, r) in zip(axes[0], readings.items(), strict=True):
         ax.fill_between(r.points, r.lower, r.upper, step="post", color="0.85",
                         label=f"simultaneous {PIT_BAND:.0%} band")
         ax.step(r.points, r.delta, where="post", color="tab:blue", lw=1.2, label="ECDF − uniform")
@@ -331,18 +330,20 @@ def replicate_floor(ref_inv, *, seed: int = 0) -> dict | None:
                                            ref_inv.isel(chain=slice(half, None)), seed=seed)
 
 
-def _evaluate_record(r, label: str, data: Dataset, y_test, loo_pit: dict) -> dict:
-    """A run's record: the ``fit`` metrics, the coverage curve and PSIS-LOO (its LOO-PIT into
-    ``loo_pit``)."""
+def _evaluate_record(r, label: str, data: Dataset, y_test, readings: dict) -> dict:
+    """A run's record: the ``fit`` metrics, the coverage curve, PSIS-LOO and the readings of its
+    test PIT and LOO-PIT (the readings themselves into ``readings[label]``, for the plots)."""
     rec = metrics_record(r, data) | {"method": label}
     rec["loo_seconds"] = float(r.info.loo_seconds)
     rec["coverage_curve"] = {"nominal": LEVELS.tolist(),
                              "empirical": coverage_curve(y_test, r.mean, r.var, LEVELS)[1].tolist()}
-    rec["pit_reading"] = pit_reading(r.datatree["predictions_constant_data"]["pit"]).verdict
+    readings[label] = {"test": pit_reading(r.datatree["predictions_constant_data"]["pit"])}
+    rec["pit_reading"] = readings[label]["test"].verdict
     loo = loo_summary(r.datatree)
     if loo is not None:
-        rec["loo"], loo_pit[label] = loo
-        rec["loo_pit_reading"] = pit_reading(loo_pit[label]).verdict
+        rec["loo"], pits = loo
+        readings[label]["loo"] = pit_reading(pits)
+        rec["loo_pit_reading"] = readings[label]["loo"].verdict
     return rec
 
 
@@ -361,7 +362,7 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
                         f"Gaussian-likelihood entries; this one is {lik} (use `ssgp-ppl fit`)")
     out.mkdir(parents=True, exist_ok=True)
     results, records = [], []
-    loo_pit: dict = {}
+    readings: dict = {}  # label -> {"test": PITReading, "loo": PITReading}
     # built once, shared by every method
     partitions = entry.partitions(data.x_train, seed=seed) if entry.uses_partitions else None
     # what the entry's own method hands the others (type-II estimates, NCVMP's spectral points)
@@ -382,7 +383,7 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             runs.append((f"{method}-chains-stacked", stacked))
         for label, r in runs:
             with step(f"{label}: coverage and PSIS-LOO", progress):
-                rec = _evaluate_record(r, label, data, y_test, loo_pit)
+                rec = _evaluate_record(r, label, data, y_test, readings)
             if r is res and methods.get(method).reference:
                 rec["reference"] = reference_health(r.datatree, r.info)
             if r.info.paths:
@@ -412,12 +413,12 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
                                          "dataset": data.name, "split": data.split, "seed": seed,
                                          "methods": records})
     with step(f"report: plots and {out / 'report.html'}", progress):
-        page = _html(entry, data, seed, records, results, ref_label, loo_pit)
+        page = _html(entry, data, seed, records, results, ref_label, readings)
     write_text_atomic(out / "report.html", page)
     return records
 
 
-def _html(entry, data, seed, records, results, ref_label, loo_pit) -> str:
+def _html(entry, data, seed, records, results, ref_label, readings) -> str:
     cols = ["method", "rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90",
             "fit_seconds", "predict_seconds"]
     rows = [{**r, "method": _label(r, ref_label)} for r in records]
@@ -507,7 +508,7 @@ def _html(entry, data, seed, records, results, ref_label, loo_pit) -> str:
     else:
         parts.append(f"<p>No reference: n_train = {data.n_train} exceeds {REFERENCE_MAX_ROWS} "
                      "rows (use --subsample for a reference).</p>")
-    for title, png in _plots(results, records, data, ref_label, loo_pit):
+    for title, png in _plots(results, records, data, ref_label, readings):
         parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
                      f"src='data:image/png;base64,{png}'>")
     style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"

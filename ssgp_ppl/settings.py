@@ -13,6 +13,16 @@ from typing import Any, NamedTuple
 from ssgp_ppl.errors import SSGPError
 
 
+def is_int(v) -> bool:
+    """An integer value as JSON and TOML give it (``True`` is not one)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 class Field(NamedTuple):
     """One catalog key: its type, default, allowed values / bounds and a one-line doc."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import numpy as np
@@ -336,10 +337,15 @@ def test_cache_reparses_on_change_and_corruption(tmp_path, monkeypatch):
     src.write_text("a\n1\n2\n")  # size changes -> new key
     D._cached_parse(src, "t", parse)
     assert len(calls) == 2
+    st = src.stat()
+    src.write_text("a\n1\n3\n")  # same size, modification time put back: the content decides
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    D._cached_parse(src, "t", parse)
+    assert len(calls) == 3
     for f in (tmp_path / "cache").glob("*.npy"):
         f.write_bytes(b"garbage")
     D._cached_parse(src, "t", parse)
-    assert len(calls) == 3
+    assert len(calls) == 4
 
 
 # ------------------------------------------------------------------------------------------

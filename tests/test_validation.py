@@ -115,7 +115,7 @@ CASES = {
         lambda t: ["ssgp", "--data", _csv(t, _frame().assign(y=lambda f: f.y * 1e300))],
         ["standard deviation", "divide the target"]),
     "tiny-target": (lambda t: ["ssgp", "--data", _csv(t, _frame().assign(y=lambda f: f.y * 1e-300))],
-                    ["standard deviation", "between 1e-150 and 1e150"]),
+                    ["standard deviation", "between 1e-150 and 1e+150"]),
     "test-value-overflows-metrics": (
         lambda t: ["ssgp", "--data", _csv(t, _frame()), "--test",
                    _csv(t, _frame(n=5, seed=1).assign(y=[0, 0, 0, 0, 1e200]), "test.csv")],
@@ -233,31 +233,11 @@ def test_hand_edited_run_json_and_checkpoint_are_refused(tmp_path, capsys):
     assert "is corrupt (1000000000 steps done but 20 losses)" in capsys.readouterr().err
 
 
-def test_semicolon_csv_reads_and_the_parse_cache_sees_same_size_edits(tmp_path, monkeypatch):
-    import os
-
-    from ssgp_ppl import datasets
-
+def test_semicolon_csv_reads(tmp_path):
     path = tmp_path / "semi.csv"
     path.write_text("a;b;y\n" + "\n".join(f"{i};{i * 2};{i % 5}" for i in range(30)) + "\n")
     data = load(str(path))
     assert data.feature_names == ("a", "b") and data.n_train + data.n_test == 30
-
-    monkeypatch.setenv("SSGP_PPL_CACHE", str(tmp_path / "cache"))
-    src = tmp_path / "src.txt"
-    src.write_text("1 2\n")
-    calls = []
-
-    def parse():
-        calls.append(1)
-        return np.array([[float(v) for v in src.read_text().split()]])
-
-    a = datasets._cached_parse(src, "t", parse)
-    st = src.stat()
-    src.write_text("3 4\n")  # same size, modification time put back
-    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
-    b = datasets._cached_parse(src, "t", parse)
-    assert a.tolist() == [[1.0, 2.0]] and b.tolist() == [[3.0, 4.0]] and len(calls) == 2
 
 
 def test_columns_near_the_float64_limits_keep_their_information(tmp_path):
