@@ -138,6 +138,7 @@ def results_pages() -> list[str]:
 
 def tutorial_pages() -> None:
     import jupytext
+    import nbformat
     from nbclient import NotebookClient
     from nbconvert import MarkdownExporter
 
@@ -148,8 +149,6 @@ def tutorial_pages() -> None:
         key = hashlib.sha256(source + b"small").hexdigest()[:16]
         done = cache / f"{path.stem}-{key}.ipynb"
         if done.exists():
-            import nbformat
-
             nb = nbformat.read(done, as_version=4)
         else:
             nb = jupytext.reads(source.decode(), fmt="py:percent")
@@ -162,8 +161,6 @@ def tutorial_pages() -> None:
             finally:
                 os.environ.clear()
                 os.environ.update(env)
-            import nbformat
-
             tmp = done.with_suffix(".tmp")
             nbformat.write(nb, tmp)
             tmp.replace(done)
