@@ -23,7 +23,7 @@ import mkdocs_gen_files
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from results_tables import TABLES  # noqa: E402
+from results_tables import PEERS_FIGURE, TABLES, peers_figure  # noqa: E402
 
 from ssgp_ppl import methods  # noqa: E402
 from ssgp_ppl.api import catalog  # noqa: E402
@@ -114,6 +114,8 @@ def results_pages() -> list[str]:
     for slug, (title, intro, make) in TABLES.items():
         write(f"results/{slug}.md", f"# {title}\n\n{intro}\n\n{make()}\n")
         written.append(slug)
+    with mkdocs_gen_files.open(f"results/{PEERS_FIGURE}", "wb") as f:
+        peers_figure(f)
     rows = ["| entry | data | method | NMSE | MNLP | 90% coverage | fit s | report |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for comp in sorted(ROOT.glob("reports/*/comparison.json")):

@@ -77,6 +77,97 @@ def _archived_tables(path: str):
     return make
 
 
+def _peers_doc() -> dict:
+    return json.loads((ROOT / "reports" / "peers" / "peers.json").read_text())
+
+
+PEERS_FIGURE = "peers-nmse-time.png"
+
+
+def peers() -> str:
+    """reports/peers/peers.json (benchmarks/peers.py): the targets per set, then every method."""
+    doc = _peers_doc()
+    t = doc["targets"]
+    out = [f"Targets: this project's best Bayesian entry has test NMSE ≤ {t['nmse_ratio']:g}× the "
+           f"best peer's and MNLP ≤ the best peer's + {t['mnlp_above']:g}, at ≤ {t['time_ratio']:g}× "
+           "the GPyTorch SVGP's fit time. Machine: "
+           f"{doc['machine']['cpus']} CPUs, one thread per library.", "",
+           "| set | best peer NMSE | best peer MNLP | best Bayesian entry | NMSE (ratio) | "
+           "MNLP (− best peer) | fit s (× SVGP) | targets met |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, s in doc["summary"].items():
+        met = ", ".join(k for k, v in s["meets"].items() if v) or "none"
+        tr = f" ({s['time_ratio']:.2f}×)" if "time_ratio" in s else ""
+        out.append(f"| {name} | {s['best_peer_nmse'][1]:.4f} ({s['best_peer_nmse'][0]}) | "
+                   f"{s['best_peer_mnlp'][1]:.3f} ({s['best_peer_mnlp'][0]}) | `{s['best_bayesian']}` | "
+                   f"{s['nmse']:.4f} ({s['nmse_ratio']:.2f}×) | {s['mnlp']:.3f} "
+                   f"({s['mnlp_above_best']:+.3f}) | {s['fit_seconds']:.1f}{tr} | {met} |")
+    out += ["", f"![Test NMSE against fit time]({PEERS_FIGURE})", "",
+            "| set | n train | method | NMSE | MNLP | 90% coverage | fit s | predict s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in doc["records"]:
+        name = f"`{r['method']}`" if r["kind"] == "ours" else r["method"]
+        if "nmse" not in r:
+            why = r.get("skipped") or r.get("error", "")
+            out.append(f"| {r['set']} | {r['n_train']} | {name} | – | – | – | – | – ({why}) |")
+            continue
+        sub = f" ({r['training_rows_used']} rows)" if r.get("training_rows_used") else ""
+        out.append(f"| {r['set']} | {r['n_train']} | {name}{sub} | {r['nmse']:.4f} | "
+                   f"{r['mnlp']:.3f} | {r['coverage_90']:.3f} | {r['fit_seconds']:.1f} | "
+                   f"{r['predict_seconds']:.2f} |")
+    return "\n".join(out)
+
+
+def peers_figure(fileobj) -> None:
+    """Test NMSE against fit seconds per set: the SVGPs' trajectories as lines, every other fit
+    as a point (PNG into ``fileobj``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = _peers_doc()
+    sets = list(dict.fromkeys(r["set"] for r in doc["records"] if "nmse" in r))
+    cols = min(3, len(sets))
+    rows = -(-len(sets) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+    for ax, name in zip(axes.ravel(), sets, strict=False):
+        for r in (r for r in doc["records"] if r["set"] == name and "nmse" in r):
+            if r.get("trajectory"):
+                tr = r["trajectory"]
+                ax.plot([p["seconds"] for p in tr], [p["nmse"] for p in tr], "-", lw=1,
+                        label=r["method"] + " (trajectory)")
+            marker = "o" if r["kind"] == "ours" else "s"
+            ax.plot(r["fit_seconds"], r["nmse"], marker, ms=5, label=r["method"])
+        ax.set(xscale="log", yscale="log", title=name, xlabel="fit seconds", ylabel="test NMSE")
+    for ax in axes.ravel()[len(sets):]:
+        ax.axis("off")
+    uniq = {}
+    for ax in axes.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            uniq.setdefault(lab, h)
+    fig.legend(uniq.values(), uniq.keys(), loc="lower center", ncol=4, fontsize=7)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(fileobj, format="png", dpi=90)
+    plt.close(fig)
+
+
+def mscan() -> str:
+    """reports/mscan/mscan.json (benchmarks/mscan.py): test NMSE (MNLP) per number of features m."""
+    doc = json.loads((ROOT / "reports" / "mscan" / "mscan.json").read_text())
+    ms = sorted({r["m"] for r in doc["records"]})
+    by: dict = {}
+    for r in doc["records"]:
+        by.setdefault((r["set"], r["entry"]), {})[r["m"]] = r
+    out = ["| set | entry | " + " | ".join(f"m = {m}" for m in ms) + " | NMSE non-increasing |",
+           "| --- | --- | " + " | ".join("---" for _ in ms) + " | --- |"]
+    for (s, e), row in by.items():
+        cells = [f"{row[m]['nmse']:.3f} ({row[m]['mnlp']:.2f})" if m in row else "–" for m in ms]
+        ok = doc["verdict"][f"{s}/{e}"]["non_increasing"]
+        out.append(f"| {s} | `{e}` | " + " | ".join(cells) + f" | {'yes' if ok else 'no'} |")
+    return "\n".join(out)
+
+
 # slug: (title, what produced it, the table)
 TABLES = {
     "catalog": ("Catalog entries on pendulum and Auto-MPG",
@@ -102,6 +193,17 @@ TABLES = {
                    "`python benchmarks/svbssgp_paper.py {airline,kin40k,blog,nscan}` then "
                    "`python benchmarks/svbssgp_tables.py reports/svbssgp/*.json` "
                    "(`reports/svbssgp/tables.md`).", _archived_tables("reports/svbssgp/tables.md")),
+    "peers": ("Against the peers: GPyTorch, GPJax, exact GPs",
+              "`pip install -e \".[bench]\"` then `python benchmarks/peers.py` "
+              "(`reports/peers/peers.json`): the same train/test rows and standardisation for "
+              "every method (split 0), one thread per library; test metrics in the target's "
+              "original units. GPyTorch and GPJax SVGPs: 512 k-means inducing points, minibatches "
+              "of 1,024, Adam, 2,000 steps; the exact GP (scikit-learn, L-BFGS on the marginal "
+              "likelihood) on at most 2,000 training rows.", peers),
+    "m-scan": ("More features: the variational entries as m grows",
+               "`python benchmarks/mscan.py` (`reports/mscan/mscan.json`): test NMSE (MNLP) of "
+               "the papers' guides over (θ, s) and of the same guides over θ with s integrated "
+               "out, for m = 10 … 100 (kin40k and protein: 5,000 training rows).", mscan),
 }
 
 

@@ -17,15 +17,22 @@ objectives, the predictive and the β selection call them directly:
 Guides by catalog name (:data:`GUIDES`): NumPyro's autoguides (``auto_normal``, ``auto_mvn``,
 ``auto_lowrank``, ``auto_delta``) and the papers' guides:
 
-* ``joint_affine`` (sVBSSGP, Hoang et al. 2017, §3.1 Lemma 1): α = vec(θ, s) = M z + b with a full
-  invertible M (``alpha_matrix``) and b (``alpha_loc``), z ~ ψ = N(0, I) or a multivariate
-  Student-t with ν degrees of freedom; q(α) = ψ(M⁻¹(α − b)) / |det M|.
+* ``joint_affine`` (sVBSSGP, Hoang et al. 2017, §3.1 Lemma 1): α = vec(θ, s) = M z + b with an
+  invertible M (``alpha_matrix``, lower triangular: every q(α) of the family has such a factor)
+  and b (``alpha_loc``), z ~ ψ = N(0, I) or a multivariate Student-t with ν degrees of freedom;
+  q(α) = ψ(M⁻¹(α − b)) / |det M|.
 * ``gaussian_lambda`` (Tan et al. 2016, eq. 11): q(λ)q(α)q(σ)q(γ), Gaussian λ and α with
   full covariances, square-root inverse-gamma scales (the NCVMP family fitted by SVI).
 * ``mixture`` (Nguyen & Bonilla 2014): K equal-weight diagonal Gaussians over α = vec(θ, s), fitted
   by the score-function ELBO of :mod:`ssgp_ppl.mixture`.
 * ``mean_field`` (VSSGP, Gal & Turner 2015 as Hoang et al. 2017, Remark 2 describes it):
   independent Gaussians over each frequency vector r_i and over s.
+
+``joint_affine`` and ``mean_field`` also fit the collapsed model (``nuisance = "marginalized"``):
+α = θ alone, and s has its exact conditional p(s | θ, y) given each draw of θ — the family
+q(θ) p(s | θ, y), which contains the best q(s | θ) for every q(θ). The joint Gaussian q(θ, s) can
+only couple s to θ linearly: with many features the ELBO then prefers q(θ) near the prior and
+explains y as noise (pendulum, m = 50: VSSGP test NMSE 0.83, collapsed 0.27; ``benchmarks/mscan.py``).
 """
 
 from __future__ import annotations
@@ -97,85 +104,126 @@ class NumPyroAutoGuide(Guide):
 
 
 def check_alpha_sites(name: str, spec: SSGPSpec) -> None:
-    """The papers' α-guides cover exactly θ and s of the free parameterisation."""
-    want = ("frequencies", "nuisance")
+    """The papers' α-guides cover exactly θ and s of the free parameterisation (θ alone where s
+    is integrated out)."""
+    want = ("frequencies",) if spec.nuisance == "marginalized" else ("frequencies", "nuisance")
     if spec.parameterization != "free" or spec.latent_sites() != want:
         raise SSGPError(
             f"guide {name!r} covers exactly the frequencies θ and nuisance s of the free "
-            f"parameterisation; this model's latent sites are {', '.join(spec.latent_sites())} "
-            "(make the hyperparameters learned or fixed)"
+            f"parameterisation (θ alone with s integrated out); this model's latent sites are "
+            f"{', '.join(spec.latent_sites())} (make the hyperparameters learned or fixed)"
         )
 
 
-def alpha_init(spec: SSGPSpec, init_scale: float):
-    """b₀ = vec(θ₀, 0) and the per-coordinate scale: ``init_scale`` × the prior std of θ, s."""
+def alpha_init(spec: SSGPSpec, init_scale: float, noncentred: bool = False):
+    """b₀ = vec(θ₀, 0) and the per-coordinate scale: ``init_scale`` × the prior std of θ, s
+    (θ alone where s is integrated out). Non-centred: the same for the standardised coordinates
+    (θ·2πℓ, s·√m/σ_s), whose prior std is 1."""
     theta0 = initial_values(spec)["frequencies"]
     theta_sd = jnp.full(theta0.shape, 1.0 / (spectral.TWO_PI * spec.lengthscales.value))
     s_sd = jnp.full((2 * spec.m,), spec.signal.value / jnp.sqrt(spec.m))
+    if noncentred:
+        theta0, theta_sd, s_sd = theta0 / theta_sd, jnp.ones_like(theta_sd), jnp.ones_like(s_sd)
+    if spec.nuisance == "marginalized":
+        return theta0.ravel(), init_scale * theta_sd.ravel()
     loc = jnp.concatenate([theta0.ravel(), jnp.zeros(2 * spec.m)])
     return loc, init_scale * jnp.concatenate([theta_sd.ravel(), s_sd])
+
+
+def _hyper_value(spec: SSGPSpec, name: str, params: dict | None = None, shape=()):
+    """A type-II or fixed hyperparameter as the model sees it: the shared ``numpyro.param``
+    (inside a guide call) or its value in ``params``; the constant where it is fixed."""
+    h = getattr(spec, name)
+    init = jnp.full(shape, h.value) if shape else jnp.asarray(h.value)
+    if h.role != "learned":
+        return init
+    if params is not None:
+        return jnp.asarray(params[name])
+    return numpyro.param(name, init, constraint=constraints.positive)
+
+
+def standard_scales(spec: SSGPSpec, params: dict | None = None):
+    """(θ scale (d,), s scale ()) of the non-centred α-guides: θ = ε / 2πℓ, s = η σ_s/√m with ε, η
+    standard a priori (under the SE density), so that a step of ℓ or σ_s moves every draw."""
+    ell = _hyper_value(spec, "lengthscales", params, (spec.d,))
+    return 1.0 / (spectral.TWO_PI * ell), _hyper_value(spec, "signal", params) / math.sqrt(spec.m)
 
 
 class JointAffineGuide(Guide):
     """sVBSSGP guide α = vec(θ, s) = M z + b, z ~ ψ (Hoang et al. 2017, §3.1, Lemma 1).
 
     The base draw z is an auxiliary site; θ and s are Delta sites whose log-density carries
-    −log|det M| (computed by ``slogdet``, i.e. an LU factorisation: M need not be triangular), so
-    log q(α) = log ψ(z) − log|det M| and the ELBO gradient is the paper's eq. (6). The param
-    ``alpha_matrix`` holds U with M = diag(σ₀) U, σ₀ = ``init_scale`` × the prior std of each
-    coordinate (U starts at I): Adam's per-coordinate steps are then relative (with M itself as the
-    parameter the first sign-like steps of size lr on all D² entries dwarf σ₀ ~ 0.02). Under
-    ψ = Student-t, s | θ is not Gaussian and is drawn.
+    −log|det M|, so log q(α) = log ψ(z) − log|det M| and the ELBO gradient is the paper's eq. (6).
+    M is lower triangular with a positive diagonal, θ's coordinates first: q(α) depends on M only
+    through MMᵀ (ψ normal or Student-t, both spherical), which has exactly one such factor, so the
+    family is the paper's full one with D(D + 1)/2 parameters instead of D², log|det M| is the sum
+    of log diag M (no D × D factorisation per step), and q(s | θ) is read off M's blocks.
+    The param ``alpha_matrix`` holds U with M = diag(σ₀) U, σ₀ = ``init_scale`` × the prior std of
+    each coordinate (U starts at I): Adam's per-coordinate steps are then relative. Under
+    ψ = Student-t, s | θ is not Gaussian and is drawn. With s integrated out (the collapsed model),
+    α = θ. ``noncentred``: α holds the standardised (θ·2πℓ, s·√m/σ_s) (:func:`standard_scales`),
+    so that the type-II ℓ and σ_s rescale every draw instead of only the prior's density.
     """
 
     name = "joint_affine"
 
     def __init__(self, spec: SSGPSpec, psi: str = "normal", df: float = 5.0,
-                 init_scale: float = 0.1):
+                 init_scale: float = 0.1, noncentred: bool = False):
         check_alpha_sites("joint_affine", spec)
         if psi not in PSI:
             raise SSGPError(f"unknown ψ {psi!r}; known: {', '.join(PSI)}")
         super().__init__(spec)
-        self.psi, self.df = psi, df
-        self.gaussian_nuisance = psi == "normal"
+        self.psi, self.df, self.noncentred = psi, df, noncentred
+        self.collapsed = spec.nuisance == "marginalized"
+        self.gaussian_nuisance = psi == "normal" and not self.collapsed
         self.n_theta = spec.m * spec.d
-        self.loc0, self.scale0 = alpha_init(spec, init_scale)
+        self.loc0, self.scale0 = alpha_init(spec, init_scale, noncentred)
         self.dim = self.loc0.shape[0]
         self.log_scale0 = jnp.sum(jnp.log(self.scale0))
 
     def __call__(self, x, y=None, **kwargs):
         m, d, dim = self.spec.m, self.spec.d, self.dim
-        unit = numpyro.param("alpha_matrix", jnp.eye(dim))
+        unit = numpyro.param("alpha_matrix", jnp.eye(dim), constraint=constraints.lower_cholesky)
         loc = numpyro.param("alpha_loc", self.loc0)  # b, (D,)
-        mat = self.scale0[:, None] * unit
+        mat = self.scale0[:, None] * unit  # M (D, D), lower triangular
         if self.psi == "normal":
             base = dist.Normal(jnp.zeros(dim), 1.0).to_event(1)
         else:
             base = dist.MultivariateStudentT(self.df, jnp.zeros(dim), jnp.eye(dim))
         z = numpyro.sample("alpha_base", base, infer={"is_auxiliary": True})
         alpha = mat @ z + loc
-        log_det = self.log_scale0 + jnp.linalg.slogdet(unit)[1]  # log|det M|
-        numpyro.sample("frequencies", dist.Delta(alpha[:self.n_theta].reshape(m, d), -log_det,
-                                                 event_dim=2))
-        numpyro.sample("nuisance", dist.Delta(alpha[self.n_theta:], event_dim=1))
+        log_det = self.log_scale0 + jnp.sum(jnp.log(jnp.diagonal(unit)))  # log|det M|
+        theta, s = alpha[:self.n_theta].reshape(m, d), alpha[self.n_theta:]
+        if self.noncentred:  # α = vec(ε, η) → (θ, s): log q gains −log|dα'/dα| of the rescaling
+            theta_scale, s_scale = standard_scales(self.spec)
+            theta, s = theta * theta_scale, s * s_scale
+            log_det = log_det + m * jnp.sum(jnp.log(theta_scale))
+            if not self.collapsed:
+                log_det = log_det + s.shape[0] * jnp.log(s_scale)
+        numpyro.sample("frequencies", dist.Delta(theta, -log_det, event_dim=2))
+        if not self.collapsed:
+            numpyro.sample("nuisance", dist.Delta(s, event_dim=1))
 
     def conditional_and_marginal(self, params, draw):
-        """q(s | θ) = N(b_s + L_sθ L_θθ⁻¹(θ − b_θ), L_ss L_ssᵀ) with M = L Q (LQ factorisation),
-        and log q(θ) = log N(θ | b_θ, L_θθ L_θθᵀ) from the same factor (θ − b_θ = L_θθ w): the
-        objectives' KL term needs log q(θ, s) − log q(s | θ), which this gives without the
-        slogdet (an LU of the D × D matrix M) and the s-solve that difference costs."""
+        """q(s | θ) = N(b_s + L_sθ w, L_ss L_ssᵀ) with θ − b_θ = L_θθ w, L = M, and log q(θ) =
+        log N(θ | b_θ, L_θθ L_θθᵀ) from the same factor: the objectives' KL term needs
+        log q(θ, s) − log q(s | θ)."""
         if not self.gaussian_nuisance:
             return None
         n_theta = self.n_theta
-        mat = self.scale0[:, None] * params["alpha_matrix"]
-        _, r = jnp.linalg.qr(mat.T)
-        low = r.T * jnp.sign(jnp.diagonal(r))[None, :]  # lower triangular, positive diagonal
+        low = self.scale0[:, None] * params["alpha_matrix"]
         loc = params["alpha_loc"]
-        w = solve_triangular(low[:n_theta, :n_theta], draw["frequencies"].ravel() - loc[:n_theta],
-                             lower=True)
+        theta = draw["frequencies"]
+        s_scale, log_jac = 1.0, 0.0
+        if self.noncentred:
+            theta_scale, s_scale = standard_scales(self.spec, params)
+            theta = theta / theta_scale
+            log_jac = self.spec.m * jnp.sum(jnp.log(theta_scale))
+        w = solve_triangular(low[:n_theta, :n_theta], theta.ravel() - loc[:n_theta], lower=True)
         log_q_theta = (-0.5 * (w @ w) - jnp.sum(jnp.log(jnp.diagonal(low)[:n_theta]))
-                       - 0.5 * n_theta * math.log(2 * math.pi))
-        return loc[n_theta:] + low[n_theta:, :n_theta] @ w, low[n_theta:, n_theta:], log_q_theta
+                       - 0.5 * n_theta * math.log(2 * math.pi) - log_jac)
+        return (s_scale * (loc[n_theta:] + low[n_theta:, :n_theta] @ w),
+                s_scale * low[n_theta:, n_theta:], log_q_theta)
 
     def nuisance_conditional(self, params, draw):
         if not self.gaussian_nuisance:
@@ -185,15 +233,18 @@ class JointAffineGuide(Guide):
 
 class MeanFieldGuide(Guide):
     """VSSGP guide: q(θ, s) = Π_i N(r_i | μ_i, diag σ_i²) · N(s | μ_s, diag σ_s²)
-    (Hoang et al. 2017, Remark 2)."""
+    (Hoang et al. 2017, Remark 2); q(θ) alone where s is integrated out. ``noncentred``: the
+    params are those of the standardised (θ·2πℓ, s·√m/σ_s), as :class:`JointAffineGuide`'s."""
 
     name = "mean_field"
-    gaussian_nuisance = True
 
-    def __init__(self, spec: SSGPSpec, init_scale: float = 0.1):
+    def __init__(self, spec: SSGPSpec, init_scale: float = 0.1, noncentred: bool = False):
         check_alpha_sites("mean_field", spec)
         super().__init__(spec)
-        self.loc0, self.scale0 = alpha_init(spec, init_scale)
+        self.collapsed = spec.nuisance == "marginalized"
+        self.gaussian_nuisance = not self.collapsed
+        self.noncentred = noncentred
+        self.loc0, self.scale0 = alpha_init(spec, init_scale, noncentred)
         self.n_theta = spec.m * spec.d
 
     def __call__(self, x, y=None, **kwargs):
@@ -201,13 +252,19 @@ class MeanFieldGuide(Guide):
         fl = numpyro.param("frequencies_loc", self.loc0[:n_theta].reshape(shape))
         fs = numpyro.param("frequencies_scale", self.scale0[:n_theta].reshape(shape),
                            constraint=constraints.positive)
-        numpyro.sample("frequencies", dist.Normal(fl, fs).to_event(2))
+        theta_scale, s_scale = standard_scales(self.spec) if self.noncentred else (1.0, 1.0)
+        numpyro.sample("frequencies", dist.Normal(fl * theta_scale, fs * theta_scale).to_event(2))
+        if self.collapsed:
+            return
         nl = numpyro.param("nuisance_loc", self.loc0[n_theta:])
         ns = numpyro.param("nuisance_scale", self.scale0[n_theta:], constraint=constraints.positive)
-        numpyro.sample("nuisance", dist.Normal(nl, ns).to_event(1))
+        numpyro.sample("nuisance", dist.Normal(nl * s_scale, ns * s_scale).to_event(1))
 
     def nuisance_conditional(self, params, draw):
-        return params["nuisance_loc"], jnp.diag(params["nuisance_scale"])
+        if self.collapsed:
+            return super().nuisance_conditional(params, draw)
+        s_scale = standard_scales(self.spec, params)[1] if self.noncentred else 1.0
+        return s_scale * params["nuisance_loc"], jnp.diag(s_scale * params["nuisance_scale"])
 
 
 def sqrt_inverse_gamma(shape, rate):
@@ -352,8 +409,8 @@ class MixtureGuide(Guide):
 # name -> (class, the [inference.svi] options it takes)
 GUIDES: dict[str, tuple[type, tuple[str, ...]]] = {
     **{k: (NumPyroAutoGuide, ()) for k in NumPyroAutoGuide.KINDS},
-    "joint_affine": (JointAffineGuide, ("psi", "df", "init_scale")),
-    "mean_field": (MeanFieldGuide, ("init_scale",)),
+    "joint_affine": (JointAffineGuide, ("psi", "df", "init_scale", "noncentred")),
+    "mean_field": (MeanFieldGuide, ("init_scale", "noncentred")),
     "gaussian_lambda": (GaussianLambdaGuide, ("init_scale",)),
     "mixture": (MixtureGuide, ("components", "init_scale", "spread")),
 }

@@ -82,11 +82,12 @@ def _sigma0(spec, guide, x):
 
 
 def _dense_affine(dim, seed, dtype=np.float64):
-    """A random dense, non-triangular, well-conditioned U and a random b."""
+    """A random well-conditioned U (lower triangular, positive diagonal, every entry below the
+    diagonal non-zero: the guide's parameter space) and a random b."""
     rng = np.random.default_rng(seed)
-    u = np.eye(dim) + 0.5 * rng.standard_normal((dim, dim)) / math.sqrt(dim)
+    u = np.tril(np.eye(dim) + 0.5 * rng.standard_normal((dim, dim)) / math.sqrt(dim))
+    u[np.diag_indices(dim)] = np.abs(u[np.diag_indices(dim)]) + 0.2
     b = rng.standard_normal(dim)
-    assert np.abs(u[np.triu_indices(dim, 1)]).min() > 0  # not triangular
     assert np.abs(u[np.tril_indices(dim, -1)]).min() > 0
     return jnp.asarray(u, dtype), jnp.asarray(b, dtype)
 
@@ -106,8 +107,8 @@ def test_joint_affine_initial_scale_is_documented_prior_std(x64):
 
 @pytest.mark.parametrize("psi", ["normal", "student_t"])
 def test_joint_affine_log_q_equals_dense_density(precision, psi):
-    """log q(α) from the guide's sites = log ψ(M⁻¹(α − b)) − log|det M| (Lemma 1) for a dense,
-    non-triangular U: N(b, MMᵀ) for ψ normal, multivariate t_ν(b, MMᵀ) for ψ Student-t (ν = 4)."""
+    """log q(α) from the guide's sites = log ψ(M⁻¹(α − b)) − log|det M| (Lemma 1) for a random
+    lower-triangular U: N(b, MMᵀ) for ψ normal, multivariate t_ν(b, MMᵀ) for ψ Student-t (ν = 4)."""
     m, d, df = 2, 3, 4.0
     spec = _spec(m, d)
     dim = m * d + 2 * m
@@ -137,21 +138,67 @@ def test_joint_affine_log_q_equals_dense_density(precision, psi):
         assert float(log_q) == pytest.approx(want, rel=rel)
 
 
-def test_joint_affine_log_q_uses_abs_det_for_negative_determinant(x64):
-    """|det M|, not det M: a U with negative determinant (a row swap) still gives the dense density."""
+def test_joint_affine_factor_is_lower_triangular_with_positive_diagonal(x64):
+    """The guide's U lives on lower-triangular matrices with a positive diagonal (every q(α) of the
+    family has exactly one such factor of MMᵀ): an unconstrained vector maps onto one."""
+    from numpyro.distributions.transforms import biject_to
+
     m, d = 2, 2
     spec = _spec(m, d)
     dim = m * d + 2 * m
+    tr = _trace(JointAffineGuide(spec), None, jnp.zeros((3, d)))
+    site = tr["alpha_matrix"]
+    raw = jnp.asarray(np.random.default_rng(3).standard_normal(dim * (dim + 1) // 2))
+    u = np.asarray(biject_to(site["kwargs"]["constraint"])(raw))
+    assert np.all(u[np.triu_indices(dim, 1)] == 0) and np.all(np.diag(u) > 0)
+
+
+@pytest.mark.parametrize("builder", [JointAffineGuide, MeanFieldGuide], ids=["joint_affine", "mean_field"])
+def test_alpha_guides_cover_theta_alone_when_s_is_integrated_out(builder, x64):
+    """With s integrated out the guide is q(θ) alone: one frequencies site, and for the joint affine
+    guide log q(θ) = N(θ | b, MMᵀ) over the m·d coordinates."""
+    m, d = 2, 3
+    spec = dataclasses.replace(_spec(m, d), nuisance="marginalized")
+    guide = builder(spec)
+    dim = m * d
     x = jnp.zeros((3, d))
-    guide = JointAffineGuide(spec)
-    sigma0 = _sigma0(spec, guide, x)
-    u, b = _dense_affine(dim, seed=4)
-    u = u[jnp.array([1, 0] + list(range(2, dim)))]
-    assert float(jnp.linalg.det(u)) < 0
-    values, log_q = _guide_eval(guide, x)({"alpha_matrix": u, "alpha_loc": b}, jax.random.PRNGKey(0))
-    mat = sigma0[:, None] * np.asarray(u)
-    want = stats.multivariate_normal.logpdf(np.asarray(_alpha(values)), np.asarray(b), mat @ mat.T)
-    assert float(log_q) == pytest.approx(want, rel=1e-10)
+    params = {}
+    if builder is JointAffineGuide:
+        u, b = _dense_affine(dim, seed=8)
+        params = {"alpha_matrix": u, "alpha_loc": b}
+    values, log_q = _guide_eval(guide, x)(params, jax.random.PRNGKey(1))
+    assert "nuisance" not in values and values["frequencies"].shape == (m, d)
+    if builder is JointAffineGuide:
+        mat = np.asarray(guide.scale0)[:, None] * np.asarray(u)
+        want = stats.multivariate_normal.logpdf(np.asarray(values["frequencies"]).ravel(),
+                                                np.asarray(b), mat @ mat.T)
+        assert float(log_q) == pytest.approx(want, rel=1e-10)
+
+
+def test_noncentred_joint_affine_density_and_conditional(x64):
+    """Non-centred, α holds (θ·2πℓ, s·√m/σ_s): θ = D_θ ε, s = D_s η, so q(θ, s) = N(D b, D MMᵀ D) for
+    the learned ℓ and σ_s in ``params``; ``conditional_and_marginal`` agrees with that density
+    (log q(θ) = log q(θ, s) − log q(s | θ))."""
+    m, d = 2, 2
+    spec = _spec(m, d)
+    guide = JointAffineGuide(spec, noncentred=True)
+    dim = m * d + 2 * m
+    x = jnp.zeros((3, d))
+    u, b = _dense_affine(dim, seed=9)
+    ell, signal = jnp.asarray([0.7, 2.5]), jnp.asarray(1.8)
+    params = {"alpha_matrix": u, "alpha_loc": b, "lengthscales": ell, "signal": signal}
+    scale = np.concatenate([np.tile(1.0 / (2 * np.pi * np.asarray(ell)), m),
+                            np.full(2 * m, float(signal) / np.sqrt(m))])
+    mat = scale[:, None] * np.asarray(guide.scale0)[:, None] * np.asarray(u)
+    for seed in range(3):
+        values, log_q = _guide_eval(guide, x)(params, jax.random.PRNGKey(seed))
+        alpha = np.asarray(_alpha(values))
+        want = stats.multivariate_normal.logpdf(alpha, scale * np.asarray(b), mat @ mat.T)
+        assert float(log_q) == pytest.approx(want, rel=1e-9)
+        draw = {k: values[k] for k in ("frequencies", "nuisance")}
+        loc, tril, log_q_theta = guide.conditional_and_marginal(params, draw)
+        log_q_s = dist.MultivariateNormal(loc, scale_tril=tril).log_prob(draw["nuisance"])
+        assert float(log_q_theta) == pytest.approx(float(log_q) - float(log_q_s), rel=1e-9)
 
 
 # --------------------------------------------------------------------------- joint affine: moments
@@ -297,7 +344,6 @@ def _bad_specs():
         "scaled": dataclasses.replace(base, parameterization="scaled"),
         "scaled_prior": dataclasses.replace(base, parameterization="scaled",
                                             inverse_lengthscales=Hyper("prior", 1.0, "normal")),
-        "marginalized": dataclasses.replace(base, nuisance="marginalized"),
         "learned_frequencies": dataclasses.replace(base, frequencies="learned"),
     }
 
@@ -466,15 +512,16 @@ def test_batch_sampler_draw_is_o_of_a_blocks(x64, pendulum, n):
 
 def test_joint_affine_marginal_of_theta_equals_joint_minus_conditional(x64):
     """``conditional_and_marginal``'s log q(θ) from the LQ factor (what the Wei et al. 2021 objectives
-    use) equals log q(θ, s) − log q(s | θ) from the guide's own trace (log ψ(z) − log|det M|,
-    the slogdet path), for a full, non-triangular U and several draws."""
+    use) equals log q(θ, s) − log q(s | θ) from the guide's own trace (log ψ(z) − log|det M|),
+    for a random lower-triangular U and several draws."""
     spec = _spec(3, 2)
     guide = JointAffineGuide(spec)
     x = jnp.zeros((4, 2))
     dim = 3 * 2 + 6
     rng = np.random.default_rng(5)
-    params = {"alpha_matrix": jnp.eye(dim) + 0.3 * jnp.asarray(rng.standard_normal((dim, dim))),
-              "alpha_loc": jnp.asarray(rng.standard_normal(dim))}
+    u = np.tril(np.eye(dim) + 0.3 * rng.standard_normal((dim, dim)))
+    u[np.diag_indices(dim)] = np.abs(u[np.diag_indices(dim)]) + 0.2
+    params = {"alpha_matrix": jnp.asarray(u), "alpha_loc": jnp.asarray(rng.standard_normal(dim))}
     for seed in range(3):
         tr = _trace(guide, params, x, seed=seed)
         log_q = sum(jnp.sum(v["fn"].log_prob(v["value"])) for v in tr.values() if v["type"] == "sample")

@@ -19,6 +19,8 @@ from ssgp_ppl.paths import path_seed
 from ssgp_ppl.posterior import Posterior
 from ssgp_ppl.stacking import COMBINE
 
+ALPHA_GUIDES = ("joint_affine", "mean_field")  # non-centred by their own standardisation
+
 
 @dataclasses.dataclass(frozen=True)
 class SVISettings(Settings):
@@ -47,8 +49,9 @@ class SVISettings(Settings):
     chunk: int = setting(int, 250, "steps per jitted scan", low=1)
     tol: float = setting((int, float), 1e-5, "relative change of the smoothed loss to stop", low=0)
     min_steps: int = setting(int, 0, "no convergence stop before this many steps", low=0)
-    noncentred: bool = setting(bool, False, "autoguides: fit the non-centred frequencies "
-                               "θ·2πℓ (standard normal a priori under the SE density) instead of θ")
+    noncentred: bool = setting(bool, False, "fit the non-centred frequencies θ·2πℓ (standard "
+                               "normal a priori under the SE density) instead of θ; the joint_affine "
+                               "and mean_field guides also s·√m/σ_s")
     paths: int = setting(int, 1, "independent fits from dispersed starts (multi-path VI)", low=1)
     combine: str = setting(str, "stacking", "how the paths combine: stacking (of their LOO "
                            "predictives) | posterior (by ELBO) | best", choices=COMBINE)
@@ -61,7 +64,7 @@ class SVISettings(Settings):
 def guide_of(entry, spec, model, s: SVISettings):
     """The entry's guide object (:mod:`ssgp_ppl.guides`)."""
     return make_guide(s.guide, model, spec, psi=s.psi, df=s.df, init_scale=s.init_scale,
-                      components=s.components, spread=s.spread)
+                      components=s.components, spread=s.spread, noncentred=s.noncentred)
 
 
 class SVIMethod(Method):
@@ -86,9 +89,11 @@ class SVIMethod(Method):
                             "closed-form Gaussian LOO predictive; the "
                             f"{mc['likelihood']} likelihood needs paths = 1")
         if s.noncentred and not (s.guide.startswith("auto_") and mc["spectral_density"] == "se"
-                                 and mc["parameterization"] == "free"):
-            raise SSGPError(f"{src}: inference.svi.noncentred: needs an auto_* guide, "
-                            "spectral_density = 'se' and parameterization = 'free'")
+                                 or s.guide in ALPHA_GUIDES) or \
+                s.noncentred and mc["parameterization"] != "free":
+            raise SSGPError(f"{src}: inference.svi.noncentred: needs parameterization = 'free' and "
+                            f"a guide of {', '.join(ALPHA_GUIDES)} or an auto_* guide with "
+                            "spectral_density = 'se'")
         if s.guide == "mixture" and mc["spectral_density"] != "se":
             raise SSGPError(f"{src}: inference.svi.guide: 'mixture' needs spectral_density = 'se'")
         if entry.config["partitions"]["per_step"] and s.batch_size:
@@ -120,8 +125,8 @@ class SVIMethod(Method):
         if not spec.latent_sites():
             raise SSGPError(f"{entry.name}: SVI needs latent sites; this model has none")
         model = entry.model(spec)
-        if s.noncentred and "frequencies" in spec.latent_sites():
-            model = reparam_for_nuts(model, ["frequencies"])
+        if s.noncentred and "frequencies" in spec.latent_sites() and s.guide not in ALPHA_GUIDES:
+            model = reparam_for_nuts(model, ["frequencies"])  # the α-guides standardise themselves
         partitions = common.partitions_for(entry, data, inputs, seed)
         guide = guide_of(entry, spec, model, s)
         objective = make_objective(s.objective, beta=s.beta, particles=s.num_particles,

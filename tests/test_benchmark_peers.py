@@ -1,0 +1,88 @@
+"""benchmarks/peers.py and benchmarks/mscan.py: the side-by-side run writes its per-method records
+and resumes from them; the summary's ratios and target verdicts are computed from the records."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+
+def _python(code: str) -> str:
+    """Run ``code`` with benchmarks/ importable, in its own process (the scripts set XLA_FLAGS)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_summary_ratios_and_targets_from_records():
+    out = _python("""
+        import json, peers
+        traj = [{"seconds": 1.0, "rmse": 3.0, "nmse": 0.5}, {"seconds": 4.0, "rmse": 2.0, "nmse": 0.3}]
+        recs = [
+            {"set": "pendulum", "method": "gpytorch_svgp", "kind": "peer", "bayesian": False,
+             "nmse": 0.30, "mnlp": 2.00, "rmse": 2.0, "fit_seconds": 10.0, "trajectory": traj},
+            {"set": "pendulum", "method": "sklearn_exact", "kind": "peer", "bayesian": False,
+             "nmse": 0.25, "mnlp": 1.50, "rmse": 1.9, "fit_seconds": 2.0},
+            {"set": "pendulum", "method": "ssgp", "kind": "ours", "bayesian": False,
+             "nmse": 0.10, "mnlp": 1.00, "rmse": 1.0, "fit_seconds": 1.0},
+            {"set": "pendulum", "method": "vssgp_collapsed", "kind": "ours", "bayesian": True,
+             "nmse": 0.24, "mnlp": 1.51, "rmse": 1.8, "fit_seconds": 4.5},
+            {"set": "pendulum", "method": "svbssgp", "kind": "ours", "bayesian": True,
+             "nmse": 0.40, "mnlp": 1.40, "rmse": 2.5, "fit_seconds": 1.0},
+        ]
+        print(json.dumps(peers.summarise(recs)))
+    """)
+    s = json.loads(out)["pendulum"]
+    # the type-II ssgp is not Bayesian: the best Bayesian entry by NMSE is vssgp_collapsed
+    assert s["best_bayesian"] == "vssgp_collapsed"
+    assert s["best_peer_nmse"] == ["sklearn_exact", 0.25] and s["best_peer_mnlp"] == ["sklearn_exact", 1.5]
+    assert abs(s["nmse_ratio"] - 0.24 / 0.25) < 1e-4 and abs(s["mnlp_above_best"] - 0.01) < 1e-9
+    assert abs(s["time_ratio"] - 0.45) < 1e-9
+    assert s["svgp_rmse_at_equal_time"] == 2.0  # the trajectory's last point reached by 4.5 s
+    assert s["meets"] == {"nmse": True, "mnlp": True, "time": True}
+
+
+def test_peers_quick_run_writes_records_and_resumes(tmp_path):
+    """One of this project's entries and one peer: the peer's library is absent in the test
+    environment (the ``bench`` extra) or present; either way a record is written, and a second
+    run reuses both records instead of fitting again."""
+    cmd = [sys.executable, str(BENCH / "peers.py"), "--quick", "--sets", "pendulum", "--methods",
+           "gpytorch_svgp,vssgp_collapsed", "--out", str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ours = json.loads((tmp_path / "pendulum" / "vssgp_collapsed.json").read_text())
+    assert ours["n_train"] == 315 and ours["bayesian"] and 0 < ours["nmse"] < 1.5
+    assert ours["fit_seconds"] > 0 and 0 <= ours["coverage_90"] <= 1
+    peer = json.loads((tmp_path / "pendulum" / "gpytorch_svgp.json").read_text())
+    assert ("skipped" in peer and "ssgp-ppl[bench]" in peer["skipped"]) or 0 < peer["nmse"] < 1.5
+    doc = json.loads((tmp_path / "peers.json").read_text())
+    assert {r["method"] for r in doc["records"]} == {"gpytorch_svgp", "vssgp_collapsed"}
+    stamp = (tmp_path / "pendulum" / "vssgp_collapsed.json").stat().st_mtime_ns
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "vssgp_collapsed (n" not in r.stderr
+    assert (tmp_path / "pendulum" / "vssgp_collapsed.json").stat().st_mtime_ns == stamp
+
+
+def test_peers_unknown_set_is_one_line_exit_2(tmp_path):
+    r = subprocess.run([sys.executable, str(BENCH / "peers.py"), "--sets", "nope", "--out",
+                        str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip() == "peers.py: unknown set or method: nope"
+
+
+def test_mscan_verdict_allows_noise_but_not_a_rise():
+    out = _python("""
+        import json, mscan
+        recs = [{"set": "a", "entry": "e", "m": m, "nmse": v} for m, v in ((10, 0.5), (20, 0.3), (50, 0.31))]
+        recs += [{"set": "a", "entry": "f", "m": m, "nmse": v} for m, v in ((10, 0.5), (20, 0.6))]
+        print(json.dumps(mscan.flat(recs)))
+    """)
+    v = json.loads(out)
+    assert v["a/e"] == {"m": [10, 20, 50], "nmse": [0.5, 0.3, 0.31], "non_increasing": True}
+    assert v["a/f"]["non_increasing"] is False
