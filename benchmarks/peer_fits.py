@@ -188,6 +188,23 @@ def _import_torch() -> tuple[Any, Any]:
     return torch, gpytorch
 
 
+def _torch_predict(torch: Any, gpytorch: Any, model: Any, likelihood: Any, tt: Any,
+                   predict_batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and variance of y* (the likelihood's noise included) in batches of ``predict_batch``
+    rows, exact variances (``fast_pred_var`` off); the model is back in training mode after."""
+    model.eval()
+    likelihood.eval()
+    means, variances = [], []
+    with torch.no_grad(), gpytorch.settings.fast_pred_var(False):
+        for lo in range(0, tt.shape[0], predict_batch):
+            pred = likelihood(model(tt[lo:lo + predict_batch]))
+            means.append(pred.mean.numpy())
+            variances.append(pred.variance.numpy())
+    model.train()  # drops the prediction caches
+    likelihood.train()
+    return np.concatenate(means).astype(np.float64), np.concatenate(variances).astype(np.float64)
+
+
 def fit_gpytorch_svgp(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, *, seed: int = 0,
                       steps: int = 2000, eval_every: int = 100, on_eval: OnEval | None = None,
                       inducing: int = 512, batch_size: int = 1024, lr: float = 0.01,
@@ -239,17 +256,7 @@ def fit_gpytorch_svgp(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, *, seed:
         gen = torch.Generator().manual_seed(seed)
 
         def predict() -> tuple[np.ndarray, np.ndarray]:
-            model.eval()
-            likelihood.eval()
-            means, variances = [], []
-            with torch.no_grad(), gpytorch.settings.fast_pred_var(False):
-                for lo in range(0, tt.shape[0], predict_batch):
-                    pred = likelihood(model(tt[lo:lo + predict_batch]))
-                    means.append(pred.mean.numpy())
-                    variances.append(pred.variance.numpy())
-            model.train()
-            likelihood.train()
-            return (np.concatenate(means).astype(np.float64), np.concatenate(variances).astype(np.float64))
+            return _torch_predict(torch, gpytorch, model, likelihood, tt, predict_batch)
 
         model.train()
         likelihood.train()
@@ -496,17 +503,7 @@ def fit_gpytorch_exact(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, *, seed
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)  # includes the likelihood's noise
 
         def predict() -> tuple[np.ndarray, np.ndarray]:
-            model.eval()
-            likelihood.eval()
-            means, variances = [], []
-            with torch.no_grad(), gpytorch.settings.fast_pred_var(False):
-                for lo in range(0, tt.shape[0], predict_batch):
-                    pred = likelihood(model(tt[lo:lo + predict_batch]))
-                    means.append(pred.mean.numpy())
-                    variances.append(pred.variance.numpy())
-            model.train()  # drops the prediction caches
-            likelihood.train()
-            return np.concatenate(means).astype(np.float64), np.concatenate(variances).astype(np.float64)
+            return _torch_predict(torch, gpytorch, model, likelihood, tt, predict_batch)
 
         model.train()
         likelihood.train()
