@@ -30,7 +30,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from ssgp_ppl import datasets, pipeline  # noqa: E402
 from ssgp_ppl.entry import load_entry  # noqa: E402
-from ssgp_ppl.io import write_bytes_atomic  # noqa: E402
+from ssgp_ppl.io import write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "reports" / "mscan"
@@ -60,7 +60,7 @@ def measure(set_name: str, entry_name: str, m: int, *, out: Path, overwrite: boo
            "wall_seconds": round(time.perf_counter() - t, 3)}
     log(f"  NMSE {rec['nmse']:.4f}  MNLP {rec['mnlp']:.4f}  {rec['fit_seconds']:.1f} s")
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(path, (json.dumps(rec, indent=1) + "\n").encode())
+    write_json(path, rec)
     return rec
 
 
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     records = [json.loads(p.read_text()) for p in sorted(a.out.glob("*/*-m*.json"))]
     records.sort(key=lambda r: (r["set"], r["entry"], r["m"]))
     doc = {"format": 1, "noise": NOISE, "records": records, "verdict": flat(records)}
-    write_bytes_atomic(a.out / "mscan.json", (json.dumps(doc, indent=1) + "\n").encode())
+    write_json(a.out / "mscan.json", doc)
     print(json.dumps(doc["verdict"], indent=1))
     return 0
 

@@ -151,6 +151,22 @@ def _eval_points(steps: int, eval_every: int) -> list[int]:
     return points
 
 
+def _train(step: Callable[[], Any], steps: int, eval_every: int, on_eval, predict,
+           clock: _Clock) -> Any:
+    """``step()`` ``steps`` times; after every ``eval_every`` steps and the last,
+    ``on_eval(seconds, *predict())`` with the clock paused (when ``on_eval`` is given). Returns
+    the last step's value (its loss)."""
+    done, last = 0, None
+    for stop in _eval_points(steps, eval_every):
+        while done < stop:
+            last = step()
+            done += 1
+        if on_eval is not None:
+            with clock.paused():
+                on_eval(clock.seconds(), *predict())
+    return last
+
+
 def kmeans_inducing(x: np.ndarray, k: int, seed: int) -> np.ndarray:
     """``k`` inducing inputs: k-means centres of the rows of ``x`` (all rows when n <= k).
 
@@ -260,22 +276,18 @@ def fit_gpytorch_svgp(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, *, seed:
 
         model.train()
         likelihood.train()
-        perm, pos = torch.randperm(n, generator=gen), 0
-        done = 0
-        for stop in _eval_points(steps, eval_every):
-            while done < stop:
-                if pos >= n:
-                    perm, pos = torch.randperm(n, generator=gen), 0
-                idx = perm[pos:pos + batch]
-                pos += batch
-                optimizer.zero_grad(set_to_none=True)
-                loss = -elbo(model(tx[idx]), ty[idx])
-                loss.backward()
-                optimizer.step()
-                done += 1
-            if on_eval is not None:
-                with clock.paused():
-                    on_eval(clock.seconds(), *predict())
+        order = {"perm": torch.randperm(n, generator=gen), "pos": 0}  # shuffled epochs
+
+        def step() -> None:
+            if order["pos"] >= n:
+                order["perm"], order["pos"] = torch.randperm(n, generator=gen), 0
+            idx = order["perm"][order["pos"]:order["pos"] + batch]
+            order["pos"] += batch
+            optimizer.zero_grad(set_to_none=True)
+            (-elbo(model(tx[idx]), ty[idx])).backward()
+            optimizer.step()
+
+        _train(step, steps, eval_every, on_eval, predict, clock)
         fit_seconds = clock.seconds()
 
         t0 = time.perf_counter()
@@ -288,7 +300,7 @@ def fit_gpytorch_svgp(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, *, seed:
         "model": "SVGP, CholeskyVariationalDistribution + whitened VariationalStrategy, ARD RBF",
         "dtype": "float32", "inducing": int(z.shape[0]), "learn_inducing_locations": True,
         "inducing_init": "kmeans2 (random rows, 10 iterations)", "batch_size": batch,
-        "batching": "shuffled epochs", "optimizer": "Adam", "lr": lr, "steps": done,
+        "batching": "shuffled epochs", "optimizer": "Adam", "lr": lr, "steps": steps,
         "lengthscale": kern.base_kernel.lengthscale.detach().numpy().reshape(-1).astype(float).tolist(),
         "outputscale": float(kern.outputscale.detach()), "noise_variance": float(likelihood.noise.detach()),
     }
@@ -507,17 +519,15 @@ def fit_gpytorch_exact(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, *, seed
 
         model.train()
         likelihood.train()
-        done = 0
-        for stop in _eval_points(steps, eval_every):
-            while done < stop:
-                optimizer.zero_grad(set_to_none=True)
-                loss = -mll(model(tx), ty)
-                loss.backward()
-                optimizer.step()
-                done += 1
-            if on_eval is not None:
-                with clock.paused():
-                    on_eval(clock.seconds(), *predict())
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            loss = -mll(model(tx), ty)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        loss = _train(step, steps, eval_every, on_eval, predict, clock)
         fit_seconds = clock.seconds()
 
         t0 = time.perf_counter()
@@ -529,7 +539,7 @@ def fit_gpytorch_exact(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, *, seed
         "library": f"gpytorch {gpytorch.__version__} (torch {torch.__version__})",
         "model": "ExactGP, ARD RBF, Constant mean", "dtype": "float64",
         "linear_algebra": "Cholesky" if cholesky else "GPyTorch default (CG / Lanczos above 800 rows)",
-        "optimizer": "Adam", "lr": lr, "steps": done, "final_loss": float(loss.detach()),
+        "optimizer": "Adam", "lr": lr, "steps": steps, "final_loss": float(loss.detach()),
         "lengthscale": kern.base_kernel.lengthscale.detach().numpy().reshape(-1).astype(float).tolist(),
         "outputscale": float(kern.outputscale.detach()), "noise_variance": float(likelihood.noise.detach()),
     }

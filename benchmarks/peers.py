@@ -43,7 +43,7 @@ import peer_fits  # noqa: E402
 
 from ssgp_ppl import datasets, pipeline  # noqa: E402
 from ssgp_ppl.entry import load_entry  # noqa: E402
-from ssgp_ppl.io import write_bytes_atomic  # noqa: E402
+from ssgp_ppl.io import write_json  # noqa: E402
 from ssgp_ppl.metrics import regression_metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,16 +69,9 @@ SETS = {
 PEERS = ("gpytorch_svgp", "gpjax_svgp", "sklearn_exact")
 EXACT_MAX_ROWS = 2000  # the exact GP fits all rows up to here, a random subsample of them above
 SVGP_STEPS = 2000
-OURS = {  # entry -> catalog overrides; the Bayesian ones are what the targets are about
-    "ssgp": {},  # type-II SSGP (Lázaro-Gredilla et al. 2010): not Bayesian, shown for reference
-    "svbssgp": {},
-    "vssgp": {},
-    "svbssgp_collapsed": {},
-    "vssgp_collapsed": {},
-    "ssgp_svi": {},
-    "tan_va": {},
-}
+# this project's entries at their catalog settings; the Bayesian ones are what the targets are about
 BAYESIAN = ("svbssgp", "vssgp", "svbssgp_collapsed", "vssgp_collapsed", "ssgp_svi", "tan_va")
+OURS = ("ssgp", *BAYESIAN)  # ssgp: type-II (Lázaro-Gredilla et al. 2010), shown for reference
 TARGETS = {"nmse_ratio": 1.0, "mnlp_above": 0.02, "time_ratio": 0.5}
 
 
@@ -99,16 +92,12 @@ def load_set(name: str, data_dir=None):
     return datasets.load(data, split=0, subsample=subsample, data_dir=data_dir)
 
 
-def _original(ds, mean, var):
-    s = float(np.asarray(ds.y_scaler.scale).ravel()[0])
-    m = float(np.asarray(ds.y_scaler.mean).ravel()[0])
-    return np.asarray(mean) * s + m, np.asarray(var) * s * s
-
-
 def _scores(ds, mean, var) -> dict:
-    y = ds.y_scaler.inverse(np.asarray(ds.y_test))
-    mu, v = _original(ds, mean, var)
-    return {k: round(float(val), 6) for k, val in regression_metrics(y, mu, v).items()}
+    """Test metrics of a standardised prediction, in the target's original units."""
+    ys = ds.y_scaler
+    scores = regression_metrics(ys.inverse(np.asarray(ds.y_test)), ys.inverse(np.asarray(mean)),
+                                ys.inverse_std(np.sqrt(np.asarray(var))) ** 2)
+    return {k: round(float(v), 6) for k, v in scores.items()}
 
 
 def run_peer(name: str, ds, *, large: bool, quick: bool, seed: int) -> dict:
@@ -138,9 +127,8 @@ def run_peer(name: str, ds, *, large: bool, quick: bool, seed: int) -> dict:
 
 def run_ours(name: str, ds, *, quick: bool, seed: int) -> dict:
     entry = load_entry(name)
-    overrides = [f"{k}={v}" for k, v in OURS[name].items()]
-    if quick:
-        overrides += ["svi.steps=300", "svi.min_steps=0"] if "svi" in entry.config["inference"] else []
+    overrides = ["svi.steps=300", "svi.min_steps=0"] if quick and "svi" in entry.config["inference"] \
+        else []
     if overrides:
         entry = entry.with_overrides(overrides)
     t = time.perf_counter()
@@ -178,7 +166,7 @@ def measure(set_name: str, method: str, *, out: Path, quick: bool, seed: int, ov
         log(traceback.format_exc())
     log(f"  {json.dumps({k: rec.get(k) for k in ('nmse', 'mnlp', 'fit_seconds', 'error', 'skipped')})}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(path, (json.dumps(rec, indent=1) + "\n").encode())
+    write_json(path, rec)
     return rec
 
 
@@ -231,8 +219,8 @@ def gather(out: Path) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", default=",".join(SETS), help="comma-separated, of: " + ", ".join(SETS))
-    ap.add_argument("--methods", default=",".join(PEERS + tuple(OURS)),
-                    help="comma-separated, of: " + ", ".join(tuple(peer_fits.PEERS) + tuple(OURS)))
+    ap.add_argument("--methods", default=",".join(PEERS + OURS),
+                    help="comma-separated, of: " + ", ".join(tuple(peer_fits.PEERS) + OURS))
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--seed", type=int, default=0)
@@ -253,7 +241,7 @@ def main(argv=None) -> int:
             measure(s, m, out=a.out, quick=a.quick, seed=a.seed, overwrite=a.overwrite,
                     data_dir=a.data_dir)
     doc = gather(a.out)
-    write_bytes_atomic(a.out / "peers.json", (json.dumps(doc, indent=1) + "\n").encode())
+    write_json(a.out / "peers.json", doc)
     print(json.dumps(doc["summary"], indent=1))
     return 0
 

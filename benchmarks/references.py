@@ -19,10 +19,9 @@ hand-written loss and gradient against the package's for the same parameters, ba
 
 * log q of a reparameterised Gaussian draw x = μ + Lε is −½‖ε‖² − Σ log Lᵢᵢ − (k/2) log 2π (the
   package's MultivariateNormal.log_prob solves L⁻¹(x − μ) to get ε back);
-* joint affine guide under the exact-in-s objectives: with M = LQ, θ's marginal is
-  N(b_θ, L_θθL_θθᵀ), so log q(θ) needs neither log|det M| (the guide's ``slogdet``) nor
-  log q(s | θ) (a solve against L_ss); the package did (log q(α) − log q(s | θ): ratio 1.23–1.30)
-  until its guide's ``conditional_and_marginal`` returned log q(θ) from the LQ factor too;
+* joint affine guide (M lower triangular) under the exact-in-s objectives: θ − b_θ = L_θθ z_θ, so
+  the draw's z_θ is L_θθ⁻¹(θ − b_θ) without the package's triangular solve, and log q(θ) is
+  log N(z_θ) − log|det L_θθ|;
 * mean-field guide under those objectives: s is not drawn (only its closed-form KL enters) and
   Var f = (Φ ∘ Φ) σ_s², not ‖Φ diag(σ_s)‖² row by row.
 
@@ -41,7 +40,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import cho_solve
 from jax.scipy.special import gammaln, logsumexp
 from jax.scipy.stats import norm
 
@@ -369,28 +368,37 @@ def _check_alpha(spec, what):
            f"{what}: latents (θ, s) of the free SE model")
 
 
+def _unit_tril(v, dim: int):
+    """U (dim, dim) from its unconstrained vector, as NumPyro's ``lower_cholesky`` constraint
+    stores it: the entries below the diagonal row by row, then the log of the diagonal."""
+    rows, cols = jnp.tril_indices(dim, -1)
+    return jnp.zeros((dim, dim), v.dtype).at[rows, cols].set(v[:-dim]) + jnp.diag(jnp.exp(v[-dim:]))
+
+
 def joint_affine_elbo(spec, init_scale: float) -> Reference:
     """Trace_ELBO (one particle) of the joint affine guide α = M z + b, z ~ N(0, I),
-    M = diag(σ₀) U: log q(α) = log N(z) − log|det M| (``slogdet`` of U, as the guide)."""
+    M = diag(σ₀) U, U lower triangular: log q(α) = log N(z) − log|det M|, the sum of log σ₀ and
+    of U's unconstrained log diagonal."""
     _check_alpha(spec, "joint_affine")
     m, d = spec.m, spec.d
     n_theta = m * d
     loc0, scale0 = _alpha_init(spec, init_scale)
     dim = loc0.shape[0]
     log_scale0 = jnp.sum(jnp.log(scale0))
-    params = {"alpha_matrix": jnp.eye(dim), "alpha_loc": loc0, **_alpha_hypers_init(spec)}
+    params = {"alpha_matrix": jnp.zeros(dim * (dim + 1) // 2), "alpha_loc": loc0,
+              **_alpha_hypers_init(spec)}  # U = I
 
     def loss(params, key, x, y, kw):
         guide_key = jax.random.split(key)[1]  # (model seed, guide seed)
         z = jax.random.normal(jax.random.split(guide_key)[1], (dim,), x.dtype)  # 1st guide site
-        alpha = (scale0[:, None] * params["alpha_matrix"]) @ z + params["alpha_loc"]
-        log_q = jnp.sum(std_normal_logpdf(z)) - (log_scale0
-                                                 + jnp.linalg.slogdet(params["alpha_matrix"])[1])
+        unit = _unit_tril(params["alpha_matrix"], dim)
+        alpha = (scale0[:, None] * unit) @ z + params["alpha_loc"]
+        log_q = jnp.sum(std_normal_logpdf(z)) - (log_scale0 + jnp.sum(params["alpha_matrix"][-dim:]))
         log_p = _free_alpha_model(spec, params, alpha[:n_theta].reshape(m, d), alpha[n_theta:],
                                   x, y, kw)
         return log_q - log_p
 
-    return Reference(HAND_WRITTEN, params, loss, "z ~ N(0, I_D), slogdet of U (D × D)")
+    return Reference(HAND_WRITTEN, params, loss, "z ~ N(0, I_D), U lower triangular")
 
 
 def mean_field_elbo(spec, init_scale: float) -> Reference:
@@ -501,10 +509,9 @@ def conditional_objective(spec, guide_name: str, kind: str, *, beta: float, part
     """``ssgp_ppl.objectives._loss``: per particle a draw of θ, q(s | θ) = N(μ_s, L_sL_sᵀ) in
     closed form, q(fᵢ | θ) = N(φᵢᵀμ_s, ‖L_sᵀφᵢ‖²), KL = log q(θ) − log p(θ) + KL(q(s|θ) ‖ p(s)).
 
-    joint_affine: L from the LQ factorisation of M (once per step, as the package's vmap does);
-    log q(θ) = log N(L_θθ⁻¹(θ − b_θ); 0, I) − log|det L_θθ| directly, as the package's
-    ``conditional_and_marginal`` now does (tests/test_guides.py checks it against the guide's
-    log q(α) − log q(s | θ), the slogdet path).
+    joint_affine: L = M (lower triangular); z_θ = L_θθ⁻¹(θ − b_θ) is the draw itself, and
+    log q(θ) = log N(z_θ; 0, I) − log|det L_θθ| (the package solves for z_θ;
+    tests/test_guides.py checks its value against the guide's log q(α) − log q(s | θ)).
     mean_field: log q(θ) from ε, s not drawn, Var f = (Φ ∘ Φ) σ_s²."""
     _check_alpha(spec, kind)
     _check(kind in ("elbo", "dlm_log", "dlm_square"), f"objective {kind}")
@@ -518,7 +525,7 @@ def conditional_objective(spec, guide_name: str, kind: str, *, beta: float, part
     loc0, scale0 = _alpha_init(spec, init_scale)
     dim = loc0.shape[0]
     if guide_name == "joint_affine":
-        params = {"alpha_matrix": jnp.eye(dim), "alpha_loc": loc0}
+        params = {"alpha_matrix": jnp.zeros(dim * (dim + 1) // 2), "alpha_loc": loc0}  # U = I
     elif guide_name == "mean_field":
         params = {"frequencies_loc": loc0[:n_theta].reshape(m, d),
                   "frequencies_scale": jnp.log(scale0[:n_theta].reshape(m, d)),
@@ -536,9 +543,7 @@ def conditional_objective(spec, guide_name: str, kind: str, *, beta: float, part
         key_p, _ = jax.random.split(key)
         keys = jax.random.split(key_p, particles)
         if guide_name == "joint_affine":
-            mat = scale0[:, None] * params["alpha_matrix"]
-            _, r = jnp.linalg.qr(mat.T)
-            low = r.T * jnp.sign(jnp.diagonal(r))[None, :]
+            low = scale0[:, None] * _unit_tril(params["alpha_matrix"], dim)
             b = params["alpha_loc"]
             l_tt, l_st, l_ss = low[:n_theta, :n_theta], low[n_theta:, :n_theta], low[n_theta:, n_theta:]
             log_det_tt = jnp.sum(jnp.log(jnp.diagonal(l_tt)))
@@ -547,9 +552,8 @@ def conditional_objective(spec, guide_name: str, kind: str, *, beta: float, part
 
             def one(k):
                 z = jax.random.normal(jax.random.split(k)[1], (dim,), x.dtype)
-                dt = mat[:n_theta] @ z  # θ − b_θ
-                theta = (dt + b[:n_theta]).reshape(m, d)
-                u = solve_triangular(l_tt, dt, lower=True)
+                u = z[:n_theta]  # θ − b_θ = L_θθ z_θ
+                theta = (l_tt @ u + b[:n_theta]).reshape(m, d)
                 loc_s = b[n_theta:] + l_st @ u
                 log_q = jnp.sum(std_normal_logpdf(u)) - log_det_tt
                 phi = features(x, theta)

@@ -52,7 +52,7 @@ from numpyro.infer import autoguide, init_to_median, init_to_sample, init_to_val
 
 from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.model import SSGPSpec
+from ssgp_ppl.model import SSGPSpec, hyper_site
 
 PSI = ("normal", "student_t")
 
@@ -130,23 +130,18 @@ def alpha_init(spec: SSGPSpec, init_scale: float, noncentred: bool = False):
     return loc, init_scale * jnp.concatenate([theta_sd.ravel(), s_sd])
 
 
-def _hyper_value(spec: SSGPSpec, name: str, params: dict | None = None, shape=()):
-    """A type-II or fixed hyperparameter as the model sees it: the shared ``numpyro.param``
-    (inside a guide call) or its value in ``params``; the constant where it is fixed."""
-    h = getattr(spec, name)
-    init = jnp.full(shape, h.value) if shape else jnp.asarray(h.value)
-    if h.role != "learned":
-        return init
-    if params is not None:
-        return jnp.asarray(params[name])
-    return numpyro.param(name, init, constraint=constraints.positive)
-
-
 def standard_scales(spec: SSGPSpec, params: dict | None = None):
     """(θ scale (d,), s scale ()) of the non-centred α-guides: θ = ε / 2πℓ, s = η σ_s/√m with ε, η
-    standard a priori (under the SE density), so that a step of ℓ or σ_s moves every draw."""
-    ell = _hyper_value(spec, "lengthscales", params, (spec.d,))
-    return 1.0 / (spectral.TWO_PI * ell), _hyper_value(spec, "signal", params) / math.sqrt(spec.m)
+    standard a priori (under the SE density), so that a step of ℓ or σ_s moves every draw. ℓ and
+    σ_s are the model's own statements (inside a guide call: the shared type-II params), or their
+    fitted values in ``params``."""
+
+    def value(name, shape=()):
+        if params is not None and getattr(spec, name).role == "learned":
+            return jnp.asarray(params[name])
+        return hyper_site(name, getattr(spec, name), shape)
+
+    return 1.0 / (spectral.TWO_PI * value("lengthscales", (spec.d,))), value("signal") / math.sqrt(spec.m)
 
 
 class JointAffineGuide(Guide):
@@ -418,6 +413,12 @@ GUIDES: dict[str, tuple[type, tuple[str, ...]]] = {
 
 def known_guides() -> tuple[str, ...]:
     return tuple(GUIDES)
+
+
+def guide_standardises_itself(name: str) -> bool:
+    """The guide takes ``noncentred`` itself (the α-guides: :func:`standard_scales`); an autoguide
+    is non-centred by reparameterising the model instead."""
+    return name in GUIDES and "noncentred" in GUIDES[name][1]
 
 
 def initial_values(spec: SSGPSpec) -> dict:

@@ -135,7 +135,7 @@ def with_start(spec: SSGPSpec, start: dict) -> SSGPSpec:
     return dataclasses.replace(spec, **rep)
 
 
-def _hyper(name: str, h: Hyper, shape=()):
+def hyper_site(name: str, h: Hyper, shape=()):
     """Value of a hyperparameter site according to its role."""
     if h.role == "fixed":
         return jnp.full(shape, h.value) if shape else jnp.asarray(h.value)
@@ -206,13 +206,13 @@ class SSGPMarginal(dist.Distribution):
 def frequencies_of(spec: SSGPSpec, d: int):
     """Sample/param statements for the frequencies θ (m, d) according to the parameterisation."""
     if spec.parameterization == "scaled":
-        lam = _hyper("inverse_lengthscales", spec.inverse_lengthscales, (d,))
+        lam = hyper_site("inverse_lengthscales", spec.inverse_lengthscales, (d,))
         freq = spectral.frequencies_from_spectral_points(spec.spectral_points, lam)
         return numpyro.deterministic("frequencies", freq)
     if spec.frequencies == "learned":
         init = spec.spectral_points / (spectral.TWO_PI * spec.lengthscales.value)
         return numpyro.param("frequencies", init)
-    ell = _hyper("lengthscales", spec.lengthscales, (d,))
+    ell = hyper_site("lengthscales", spec.lengthscales, (d,))
     return numpyro.sample("frequencies", frequency_prior(ell, spec.m, spec.density))
 
 
@@ -230,8 +230,8 @@ def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mas
     if d != spec.d:
         raise SSGPError(f"inputs have {d} columns but the model was built for {spec.d}")
     lik = spec.lik
-    noise = _hyper("noise", spec.noise) if lik.has_scale else None
-    signal = _hyper("signal", spec.signal)
+    noise = hyper_site("noise", spec.noise) if lik.has_scale else None
+    signal = hyper_site("signal", spec.signal)
     freq = frequencies_of(spec, d)
     phi = spectral.features(x, freq)  # (b, 2m)
     if spec.nuisance == "marginalized":

@@ -132,12 +132,16 @@ GOOD = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = 
          ["predictive.rule", "degenerate"]),
         (GOOD.replace("m = 5", "m = 5\nlikelihood = 'student_t'\ndf = 2"), ["model.df", "> 2"]),
         (GOOD + "[inference.svi]\nobjective = 'kl'\n", ["inference.svi.objective", "kl"]),
+        (GOOD.replace('frequencies = "learned"', 'frequencies = "prior"').replace('["ml"]', '["svi"]')
+         + "[inference.svi]\nguide = 'gaussian_lambda'\nnoncentred = true\n",
+         ["inference.svi.noncentred", "joint_affine, mean_field or an auto_*"]),
     ],
     ids=["unknown-key", "wrong-type", "m-zero", "bad-role", "no-description", "nuts-no-latents",
          "nuts-first-learned",
          "svi-no-latents", "degenerate-marginal", "bad-density", "bad-guide", "neg-scale", "bad-toml",
          "gamma-without-local", "normal-noise-prior", "batch-and-partitions", "dlm-marginalized",
-         "exact-poisson", "probit-marginalized", "probit-marginal-rule", "student-df", "bad-objective"],
+         "exact-poisson", "probit-marginalized", "probit-marginal-rule", "student-df", "bad-objective",
+         "noncentred-guide"],
 )
 def test_bad_entry_names_file_and_key(tmp_path, text, words):
     with pytest.raises(SSGPError) as err:

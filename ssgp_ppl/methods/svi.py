@@ -10,7 +10,7 @@ import numpy as np
 from numpyro.infer import Trace_ELBO
 
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.guides import PSI, NumPyroAutoGuide, known_guides, make_guide
+from ssgp_ppl.guides import PSI, NumPyroAutoGuide, guide_standardises_itself, known_guides, make_guide
 from ssgp_ppl.inference import Batching, Schedule, reparam_for_nuts, run_svi, run_svi_paths
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
@@ -18,8 +18,6 @@ from ssgp_ppl.objectives import GRADIENTS, OBJECTIVES, make_objective
 from ssgp_ppl.paths import path_seed
 from ssgp_ppl.posterior import Posterior
 from ssgp_ppl.stacking import COMBINE
-
-ALPHA_GUIDES = ("joint_affine", "mean_field")  # non-centred by their own standardisation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +86,12 @@ class SVIMethod(Method):
             raise SSGPError(f"{src}: inference.svi.paths: multi-path fits are weighted by the "
                             "closed-form Gaussian LOO predictive; the "
                             f"{mc['likelihood']} likelihood needs paths = 1")
-        if s.noncentred and not (s.guide.startswith("auto_") and mc["spectral_density"] == "se"
-                                 or s.guide in ALPHA_GUIDES) or \
-                s.noncentred and mc["parameterization"] != "free":
+        if s.noncentred and (mc["parameterization"] != "free" or not (
+                guide_standardises_itself(s.guide)
+                or s.guide.startswith("auto_") and mc["spectral_density"] == "se")):
+            own = ", ".join(g for g in known_guides() if guide_standardises_itself(g))
             raise SSGPError(f"{src}: inference.svi.noncentred: needs parameterization = 'free' and "
-                            f"a guide of {', '.join(ALPHA_GUIDES)} or an auto_* guide with "
-                            "spectral_density = 'se'")
+                            f"a guide of {own} or an auto_* guide with spectral_density = 'se'")
         if s.guide == "mixture" and mc["spectral_density"] != "se":
             raise SSGPError(f"{src}: inference.svi.guide: 'mixture' needs spectral_density = 'se'")
         if entry.config["partitions"]["per_step"] and s.batch_size:
@@ -125,8 +123,9 @@ class SVIMethod(Method):
         if not spec.latent_sites():
             raise SSGPError(f"{entry.name}: SVI needs latent sites; this model has none")
         model = entry.model(spec)
-        if s.noncentred and "frequencies" in spec.latent_sites() and s.guide not in ALPHA_GUIDES:
-            model = reparam_for_nuts(model, ["frequencies"])  # the α-guides standardise themselves
+        if s.noncentred and "frequencies" in spec.latent_sites() and \
+                not guide_standardises_itself(s.guide):
+            model = reparam_for_nuts(model, ["frequencies"])
         partitions = common.partitions_for(entry, data, inputs, seed)
         guide = guide_of(entry, spec, model, s)
         objective = make_objective(s.objective, beta=s.beta, particles=s.num_particles,
