@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.errors import SSGPError, check_seed
 from ssgp_ppl.io import write_bytes_atomic
 from ssgp_ppl.tables import TableEncoding, TableOptions, prepare
 
@@ -224,7 +224,7 @@ def load(
         raise SSGPError(f"target_kind must be continuous, binary or count, got {target_kind!r}")
     if threshold is not None and target_kind != "binary":
         raise SSGPError("a threshold applies only to binary targets (the probit likelihood)")
-    split = _check_split(split)
+    split = check_seed(split, "split")
     if x_scaling not in ("standard", "minmax"):
         raise SSGPError(f"x_scaling must be 'standard' or 'minmax', got {x_scaling!r}")
     if isinstance(extra_noise_inputs, bool) or not isinstance(extra_noise_inputs, int | np.integer):
@@ -434,14 +434,6 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
 # --------------------------------------------------------------------------------------------
 # Splitting and scaling
 # --------------------------------------------------------------------------------------------
-
-
-def _check_split(split) -> int:
-    if isinstance(split, bool) or not isinstance(split, int | np.integer):
-        raise SSGPError(f"split must be a non-negative integer, got {split!r}")
-    if split < 0:
-        raise SSGPError(f"split must be a non-negative integer, got {split}")
-    return int(split)
 
 
 def _split_indices(name: str, n: int, spec, rng: np.random.Generator):

@@ -20,7 +20,7 @@ import jax
 
 from ssgp_ppl import likelihoods, spectral
 from ssgp_ppl import methods as _methods
-from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.errors import SEED_MAX, SSGPError
 from ssgp_ppl.likelihoods import LIKELIHOODS
 from ssgp_ppl.methods.svi import SVI, guide_of
 from ssgp_ppl.model import PRIORS, ROLES, Hyper, SSGPSpec, ssgp_model
@@ -57,7 +57,7 @@ _BASE: dict = {  # everything but [inference], whose tables the methods declare
                             choices=LIKELIHOODS),
         "df": Field((int, float), 4.0, "Student-t degrees of freedom", low=0, open_low=True),
         "spectral_seed": Field(int, 0, "seed of the fixed standard spectral points", low=0,
-                               high=2**30),
+                               high=SEED_MAX),
         "noise": _hyper_schema(0.3),
         "signal": _hyper_schema(1.0),
         "lengthscales": _hyper_schema(1.0, "lognormal"),

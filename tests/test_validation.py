@@ -186,16 +186,18 @@ def test_test_inputs_with_other_columns_are_refused(pendulum):
 
 
 @pytest.mark.parametrize("seed", ["99999999999999999999999", "-1", "1073741825"])
-def test_seeds_out_of_range_are_refused_before_any_work(seed, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["fit", "ssgp", "--data", "pendulum", "--seed", seed])
-    assert e.value.code == 2
-    assert "expected an integer from 0 to 1073741824" in capsys.readouterr().err
-    with pytest.raises(SSGPError, match="seed must be an integer from 0 to"):
-        import ssgp_ppl
+def test_seeds_and_splits_out_of_range_are_refused_before_any_work(seed, capsys):
+    import ssgp_ppl
 
-        ssgp_ppl.fit("ssgp", data="pendulum", seed=int(seed) if seed != "99999999999999999999999"
-                     else 10**23)
+    for flag in ("--seed", "--split"):
+        with pytest.raises(SystemExit) as e:
+            main(["fit", "ssgp", "--data", "pendulum", flag, seed])
+        assert e.value.code == 2
+        assert "expected an integer from 0 to 1073741824" in capsys.readouterr().err
+    value = int(seed) if seed != "99999999999999999999999" else 10**23
+    for what in ("seed", "split"):
+        with pytest.raises(SSGPError, match=f"{what} must be an integer from 0 to"):
+            ssgp_ppl.fit("ssgp", data="pendulum", **{what: value})
 
 
 def test_an_unexpected_exception_is_an_internal_error_line_exit_1(monkeypatch, capsys):
