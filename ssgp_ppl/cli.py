@@ -397,10 +397,11 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
         res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress,
                   checkpoint=checkpoint, client=dask_client, force=args.force)
     record = metrics_record(res, data)
-    from ssgp_ppl.inference import last_stop_signal
+    import signal as _signal
 
     # interrupted: 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP), as a shell reports it
-    stopped = 128 + int(last_stop_signal["signum"] or 2)
+    name = res.info.stop_signal or "SIGINT"
+    stopped = 128 + _signal.Signals[name].value
     if not writer:
         return stopped if res.info.interrupted else 0
     write_json(out / "metrics.json", record)
@@ -408,9 +409,6 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
     _print_table([record], _columns([record]))
     print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)
     if res.info.interrupted:
-        import signal as _signal
-
-        name = _signal.Signals(stopped - 128).name
         print(f"ssgp-ppl: stopped by {name} at step {res.info.steps}; checkpoint and metrics so "
               f"far written; continue with: ssgp-ppl fit --resume {out}", file=sys.stderr)
         return stopped

@@ -40,6 +40,7 @@ class SVIResult(NamedTuple):
     seconds: float
     first_chunk: tuple[int, float] = (0, 0.0)  # (steps, seconds) of the first chunk, JIT included
     interrupted: bool = False  # stopped by Ctrl-C (SIGINT) after a whole chunk
+    stop_signal: str | None = None  # the signal that stopped it (SIGINT, SIGTERM, SIGHUP)
 
 
 def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_step: int = 1,
@@ -147,18 +148,17 @@ class _Convergence:
 # is): Ctrl-C, a scheduler's / container's / `timeout`'s SIGTERM, a closed terminal's SIGHUP
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 HANDLE_IGNORED_SIGINT = "SSGP_PPL_HANDLE_SIGINT"  # =1: handle SIGINT even when inherited ignored
-last_stop_signal: dict = {"signum": None}  # the signal that stopped the last run (the CLI's exit)
 
 
 @contextmanager
 def _graceful_sigint(enabled: bool):
     """Yields a dict whose "requested" turns True on SIGINT, SIGTERM or SIGHUP when ``enabled``
-    (main thread); a second signal acts at once (the previous handler). A signal the process
+    (main thread), and whose "signal" names it; a second signal acts at once (the previous
+    handler; Python's KeyboardInterrupt for an inherited-ignored SIGINT). A signal the process
     inherited as ignored stays ignored (``nohup``; a job started with ``&`` ignores SIGINT) unless
     ``SSGP_PPL_HANDLE_SIGINT=1`` asks for SIGINT. The previous handlers are restored."""
-    stop = {"requested": False}
-    last_stop_signal["signum"] = None
-    installed = {}
+    stop = {"requested": False, "signal": None}
+    previous_handlers, second = {}, {}
     if enabled and threading.current_thread() is threading.main_thread():
         for name in STOP_SIGNALS:
             signum = getattr(signal, name, None)
@@ -168,22 +168,21 @@ def _graceful_sigint(enabled: bool):
             if previous is signal.SIG_IGN and not (
                     name == "SIGINT" and os.environ.get(HANDLE_IGNORED_SIGINT) == "1"):
                 continue
-            restore = previous if previous is not None else signal.SIG_DFL
-            if name == "SIGINT" and restore is signal.SIG_IGN:
-                restore = signal.default_int_handler
-            installed[signum] = restore
+            previous_handlers[signum] = previous if previous is not None else signal.SIG_DFL
+            second[signum] = signal.default_int_handler if previous is signal.SIG_IGN \
+                else previous_handlers[signum]
 
             def on_signal(num, frame):  # finish the chunk, save, return what there is
                 stop["requested"] = True
-                last_stop_signal["signum"] = num
-                for k, v in installed.items():
+                stop["signal"] = signal.Signals(num).name
+                for k, v in second.items():
                     signal.signal(k, v)
 
             signal.signal(signum, on_signal)
     try:
         yield stop
     finally:
-        for k, v in installed.items():
+        for k, v in previous_handlers.items():
             signal.signal(k, v)
 
 
@@ -308,8 +307,10 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
         save()
     seconds = seconds_before + time.perf_counter() - start
     params = jax.tree.map(jnp.asarray, sharding.host(svi.get_params(state)))
+    interrupted = halt and done < steps and not converged
     return SVIResult(params, np.concatenate(losses) if losses else np.zeros(0), done, converged,
-                     seconds, first_chunk, halt and done < steps and not converged)
+                     seconds, first_chunk, interrupted,
+                     (stop["signal"] or "SIGINT") if interrupted else None)
 
 
 def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedule, *, loss=None,

@@ -230,5 +230,6 @@ def run(method, entry, data, *, paths: int, how: str, seed: int = 0, steps=None,
     post = combine(runs, data, how, seconds=time.perf_counter() - t0)
     if runs[-1].info.interrupted:
         post = post.replace(info=dataclasses.replace(post.info, interrupted=True,
+                                                     stop_signal=runs[-1].info.stop_signal,
                                                      steps=runs[-1].info.steps))
     return post.replace(path_posteriors=tuple(runs))

@@ -52,6 +52,7 @@ class FitInfo:
     steps: int | None = None  # SVI/ML steps, NCVMP iterations
     converged: bool | None = None
     interrupted: bool | None = None  # stopped by Ctrl-C after a whole chunk (checkpointed fits)
+    stop_signal: str | None = None  # the signal that stopped it (SIGINT, SIGTERM, SIGHUP)
     objective: str | None = None  # SVI objective and its β
     beta: float | None = None
     partitions: int | None = None  # k-means partitions used

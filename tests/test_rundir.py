@@ -70,3 +70,26 @@ def test_sigterm_and_sighup_stop_gracefully_and_the_rerun_points_to_resume(tmp_p
     _, err = again.communicate(timeout=120)
     assert again.returncode == 2 and f"interrupted run at step {rec['steps']}" in err
     assert json.loads((run / "metrics.json").read_text()) == rec  # untouched
+
+
+def test_handlers_are_restored_after_a_run_even_an_inherited_ignored_sigint(monkeypatch):
+    """SSGP_PPL_HANDLE_SIGINT=1 handles an inherited-ignored SIGINT during the run (a second one
+    raises KeyboardInterrupt); afterwards SIGINT is ignored again, and SIGTERM has its own handler."""
+    from ssgp_ppl.inference import _graceful_sigint
+
+    def own(num, frame):
+        pass
+
+    monkeypatch.setenv("SSGP_PPL_HANDLE_SIGINT", "1")
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, own)
+    try:
+        with _graceful_sigint(True) as stop:
+            assert signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.default_int_handler)
+            signal.raise_signal(signal.SIGTERM)
+            assert stop == {"requested": True, "signal": "SIGTERM"}
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # a second one acts
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])

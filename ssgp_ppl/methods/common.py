@@ -96,6 +96,7 @@ def finish(entry, data, method: str, model, guide, params, res, *, spec, partiti
         rule_sites.update(nuisance=loc, nuisance_tril=tril)
     fit_info = FitInfo(fit_seconds=fit_seconds, loo_seconds=loo_seconds, steps=res.steps,
                        converged=res.converged, interrupted=res.interrupted,
+                       stop_signal=res.stop_signal,
                        partitions=None if partitions is None else partitions.count,
                        objective=objective, beta=beta)
     type2 = {k: np.asarray(params[k]) for k in spec.learned_sites()}
