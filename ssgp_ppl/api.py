@@ -95,13 +95,14 @@ def catalog() -> list[dict]:
     """The catalog entries: name, methods, guide, objective, description and the file
     (``ssgp-ppl models``). A file that is not a valid entry (a user catalog's) is skipped with a
     :class:`~ssgp_ppl.errors.CatalogWarning` naming the file and the problem."""
-    files, problems = catalog_files()
+    files, clashes = catalog_files()
+    problems = list(clashes.values())
     rows = []
     for name, path in files.items():
         try:
             e = load_entry(path)
-        except SSGPError as err:
-            problems.append(str(err) if str(path) in str(err) else f"{path}: {err}")
+        except SSGPError as err:  # its message names the file
+            problems.append(str(err))
             continue
         listed = [methods.get(m) for m in e.methods]
         guides = [g for g in (m.guide_label(e) for m in listed) if g]

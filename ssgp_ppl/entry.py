@@ -130,24 +130,19 @@ def catalog_dirs() -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-def catalog_files() -> tuple[dict[str, Path], list[str]]:
-    """``({name: file}, problems)``: every entry file of :func:`catalog_dirs`; a file whose name
-    an earlier directory already has is not an entry (a problem naming both files)."""
+def catalog_files() -> tuple[dict[str, Path], dict[Path, str]]:
+    """``({name: file}, {file: problem})``: every entry file of :func:`catalog_dirs`; a file whose
+    name an earlier directory already has is not an entry (its problem names both files)."""
     files: dict[str, Path] = {}
-    problems = []
+    clashes: dict[Path, str] = {}
     for d in catalog_dirs():
         for f in sorted(d.glob("*.toml")):
             if f.stem in files:
-                problems.append(f"{f}: entry {f.stem!r} is already defined by {files[f.stem]}; "
-                                "rename the file")
+                clashes[f] = (f"{f}: entry {f.stem!r} is already defined by {files[f.stem]}; "
+                              "rename the file")
             else:
                 files[f.stem] = f
-    return files, problems
-
-
-def models_dir() -> Path:
-    """The built-in catalog directory (``ssgp_ppl/models``)."""
-    return BUILTIN_CATALOG
+    return files, clashes
 
 
 def _parse_value(text: str):
@@ -301,9 +296,9 @@ def load_entry(name_or_path: str | Path) -> CatalogEntry:
     """Load a catalog entry by name (see :func:`list_entries`) or by path to a TOML file."""
     p = Path(name_or_path)
     if p.suffix != ".toml":
-        files, problems = catalog_files()
+        files, clashes = catalog_files()
         if str(name_or_path) not in files:
-            clash = [q for q in problems if f"entry {str(name_or_path)!r} " in q]
+            clash = [q for f, q in clashes.items() if f.stem == str(name_or_path)]
             if clash:
                 raise SSGPError(clash[0])
             known = ", ".join(files) or "none"
@@ -311,15 +306,16 @@ def load_entry(name_or_path: str | Path) -> CatalogEntry:
         p = files[str(name_or_path)]
     if not p.is_file():
         raise SSGPError(f"catalog file not found: {p}")
+    src = p.name if p.parent == BUILTIN_CATALOG else str(p)  # every message names the file so
     try:
         raw = tomllib.loads(p.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise SSGPError(f"{p}: not UTF-8 text (byte {e.start}); a catalog file is UTF-8 TOML") from None
+        raise SSGPError(f"{src}: not UTF-8 text (byte {e.start}); a catalog file is UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as e:
-        raise SSGPError(f"{p.name}: not valid TOML: {e}") from None
+        raise SSGPError(f"{src}: not valid TOML: {e}") from None
     except RecursionError:
-        raise SSGPError(f"{p.name}: not valid TOML: nested too deeply") from None
-    return _build(p.stem, p, raw, src=p.name if p.parent == BUILTIN_CATALOG else str(p))
+        raise SSGPError(f"{src}: not valid TOML: nested too deeply") from None
+    return _build(p.stem, p, raw, src=src)
 
 
 def list_entries() -> list[str]:

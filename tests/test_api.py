@@ -11,7 +11,7 @@ import pytest
 import ssgp_ppl
 from ssgp_ppl import pipeline
 from ssgp_ppl.datasets import load
-from ssgp_ppl.entry import list_entries, load_entry, models_dir
+from ssgp_ppl.entry import BUILTIN_CATALOG, list_entries, load_entry
 from ssgp_ppl.errors import SSGPError
 
 ML = {"ml.steps": 300}
@@ -73,7 +73,7 @@ def test_fit_on_arrays_equals_fit_on_the_named_split(pendulum):
 
 
 def test_fit_takes_a_toml_path_and_a_settings_list(pendulum):
-    post = ssgp_ppl.fit(models_dir() / "ssgp.toml", data="pendulum", settings=["ml.steps=300"])
+    post = ssgp_ppl.fit(BUILTIN_CATALOG / "ssgp.toml", data="pendulum", settings=["ml.steps=300"])
     ref = ssgp_ppl.fit("ssgp", data="pendulum", settings=ML)
     assert post.metrics == pytest.approx(ref.metrics, rel=1e-6)
     assert post.info.steps == 300

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ssgp_ppl.datasets import load
-from ssgp_ppl.entry import SCHEMA, list_entries, load_entry, models_dir
+from ssgp_ppl.entry import BUILTIN_CATALOG, SCHEMA, list_entries, load_entry
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.pipeline import fit
 
@@ -188,7 +188,7 @@ def user_catalog(tmp_path, monkeypatch):
     monkeypatch.setattr(entry_mod, "_user_catalogs", [])
     d = tmp_path / "mine"
     d.mkdir()
-    base = (models_dir() / "ssgp.toml").read_text()
+    base = (BUILTIN_CATALOG / "ssgp.toml").read_text()
     (d / "my_ssgp.toml").write_text(base.replace("m = ", "m = 7 #", 1))
     (d / "broken.toml").write_text(base.replace("m = ", "m = -2 #", 1))
     (d / "tan_va.toml").write_text(base)
@@ -205,12 +205,12 @@ def test_user_catalog_adds_to_builtin_and_skips_invalid_files(user_catalog, monk
         monkeypatch.setenv("SSGP_PPL_MODELS", str(user_catalog))
     else:
         ssgp_ppl.add_catalog(user_catalog)
-    builtin = sorted(p.stem for p in models_dir().glob("*.toml"))
+    builtin = sorted(p.stem for p in BUILTIN_CATALOG.glob("*.toml"))
     with pytest.warns(CatalogWarning) as seen:
         rows = ssgp_ppl.catalog()
     assert sorted(r["name"] for r in rows) == sorted([*builtin, "my_ssgp"])
     assert load_entry("my_ssgp").config["model"]["m"] == 7
-    assert load_entry("tan_va").path == models_dir() / "tan_va.toml"  # the built-in one
+    assert load_entry("tan_va").path == BUILTIN_CATALOG / "tan_va.toml"  # the built-in one
     problems = sorted(str(w.message) for w in seen)
     assert len(problems) == 3
     assert any("broken.toml: model.m" in p for p in problems)

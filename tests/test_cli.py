@@ -56,12 +56,12 @@ def test_version():
 def test_user_catalog_and_relative_paths_resume_from_another_directory(tmp_path):
     """``--catalog DIR`` adds an entry; run.json records the CSV, the catalog and the output as
     absolute paths, so ``fit --resume`` works from any directory."""
-    from ssgp_ppl.entry import models_dir
+    from ssgp_ppl.entry import BUILTIN_CATALOG
 
     work = tmp_path / "work"
     (work / "cat").mkdir(parents=True)
     (work / "cat" / "small_ssgp.toml").write_text(
-        (models_dir() / "ssgp.toml").read_text().replace("m = 20", "m = 5"))
+        (BUILTIN_CATALOG / "ssgp.toml").read_text().replace("m = 20", "m = 5"))
     (work / "cat" / "broken.toml").write_text("[model\n")
     rng = np.random.default_rng(1)
     x = rng.uniform(-1, 1, (80, 2))
