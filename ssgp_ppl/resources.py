@@ -10,14 +10,14 @@ from typing import NamedTuple
 
 from ssgp_ppl.errors import SSGPError
 
-FULL_RANK = ("joint_affine", "auto_mvn")  # guides with a D × D scale matrix
+FULL_RANK = ("joint_affine", "auto_mvn")  # guides with a D × D triangular scale matrix
 GUIDE_PARAMS_LOUD = 10_000_000  # above this a fit says how large its guide is
 
 
 class Needs(NamedTuple):
     bytes: float
     guide_params: int
-    guide: str
+    guide: str | None
     what: str  # the sizes behind the estimate, for the message
 
 
@@ -26,8 +26,11 @@ def estimate(entry, n: int, d: int, n_test: int, method: str) -> Needs:
     by ``method`` on n training rows with d inputs."""
     m = entry.config["model"]["m"]
     latent = m * d + 2 * m + 3  # frequencies, nuisance, hyperparameters: the guide's dimension D
-    guide = entry.config["inference"].get(method, {}).get("guide", "-")  # the methods with a guide
-    params = latent * latent if guide in FULL_RANK else 2 * latent if guide != "-" else 0
+    from ssgp_ppl import methods
+
+    guide = methods.get(method).guide_label(entry)  # None: the method fits no guide
+    params = (latent * (latent + 1) // 2 + latent if guide in FULL_RANK  # scale_tril and loc
+              else 2 * latent if guide is not None else 0)
     features = 3 * n * 2 * m * 4  # Φ, its gradient and one temporary
     gram = 4 * (2 * m) ** 2 * 8  # ΦᵀΦ, its Cholesky factor and two temporaries
     guide_bytes = 4 * params * 4  # parameters, gradient, two Adam moments

@@ -8,10 +8,11 @@ from ssgp_ppl.errors import SSGPError
 
 
 def test_guide_parameters_and_bytes_follow_the_sizes():
-    e = load_entry("svbssgp")  # joint affine guide: a D x D scale, D = m d + 2m + 3
+    e = load_entry("svbssgp")  # joint affine guide: a triangular D x D scale, D = m d + 2m + 3
     m = e.config["model"]["m"]
     need = resources.estimate(e, n=270, d=500, n_test=30, method="svi")
-    assert need.guide == "joint_affine" and need.guide_params == (m * 500 + 2 * m + 3) ** 2
+    dim = m * 500 + 2 * m + 3
+    assert need.guide == "joint_affine" and need.guide_params == dim * (dim + 1) // 2 + dim
     assert need.bytes >= 16 * need.guide_params  # parameters, gradient, two Adam moments
     ml = resources.estimate(load_entry("ssgp"), n=1000, d=9, n_test=100, method="ml")
     assert ml.guide_params == 0 and ml.bytes >= 4 * (2 * 20) ** 2 * 8
