@@ -28,6 +28,7 @@ from results_tables import PEERS_FIGURE, TABLES, peers_figure  # noqa: E402
 from ssgp_ppl import methods  # noqa: E402
 from ssgp_ppl.api import catalog  # noqa: E402
 from ssgp_ppl.entry import BUILTIN_CATALOG, schema  # noqa: E402
+from ssgp_ppl.io import write_text_atomic  # noqa: E402
 from ssgp_ppl.settings import Field  # noqa: E402
 
 
@@ -67,7 +68,7 @@ def catalog_page() -> str:
            "[Catalog format](catalog-format.md); `ssgp-ppl models` lists the same entries.", "",
            "## Entries", "", "| entry | methods | guide | objective | description |",
            "| --- | --- | --- | --- | --- |"]
-    rows = catalog()
+    rows = [r for r in catalog() if Path(r["file"]).parent == BUILTIN_CATALOG]  # not $SSGP_PPL_MODELS
     out += [f"| [`{r['name']}`](#{r['name']}) | {r['methods']} | {r['guide']} | "
             f"{_cell(r['objective'])} | {_cell(r['description'])} |" for r in rows]
     for r in rows:
@@ -146,9 +147,14 @@ def tutorial_pages() -> None:
 
     cache = Path(os.environ.get("SSGP_PPL_DOCS_CACHE", ROOT / ".docs_cache"))
     cache.mkdir(parents=True, exist_ok=True)
+    # an executed copy is reused only for the same notebook and the same package and catalog
+    package = hashlib.sha256()
+    for f in sorted((ROOT / "ssgp_ppl").rglob("*")):
+        if f.suffix in (".py", ".toml"):
+            package.update(f.relative_to(ROOT).as_posix().encode() + f.read_bytes())
     for path in sorted((ROOT / "notebooks").glob("*.py")):
         source = path.read_bytes()
-        key = hashlib.sha256(source + b"small").hexdigest()[:16]
+        key = hashlib.sha256(source + b"small" + package.digest()).hexdigest()[:16]
         done = cache / f"{path.stem}-{key}.ipynb"
         if done.exists():
             nb = nbformat.read(done, as_version=4)
@@ -163,9 +169,7 @@ def tutorial_pages() -> None:
             finally:
                 os.environ.clear()
                 os.environ.update(env)
-            tmp = done.with_suffix(".tmp")
-            nbformat.write(nb, tmp)
-            tmp.replace(done)
+            write_text_atomic(done, nbformat.writes(nb))
         for cell in nb.cells:  # warnings on stderr (tqdm, JAX) are not part of the tutorial
             if cell.cell_type == "code":
                 cell.outputs = [o for o in cell.get("outputs", [])

@@ -1,5 +1,6 @@
 """Atomic writes: every file the package writes goes to a new temporary file in the target's
-directory (``mkstemp``: created exclusively, never through a planted link), is flushed to disk,
+directory (a random name created exclusively, never through a planted link, with the mode the
+umask gives any new file), is flushed to disk,
 then renamed over the target; on any failure the temporary file is removed and the old target is
 left as it was. A failed write (a full disk, a read-only file system) is one :class:`SSGPError`
 naming the path."""
@@ -11,24 +12,34 @@ import errno
 import json
 import math
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 from ssgp_ppl.errors import SSGPError
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+_EXCLUSIVE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | \
+    getattr(os, "O_BINARY", 0)
+
+
+def _new_temporary(path: Path) -> tuple[int, Path]:
+    """A new file next to ``path``, created exclusively (mode 0666 less the umask)."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, _EXCLUSIVE, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
 
 
 def write_bytes_atomic(path: str | Path, data: bytes | memoryview) -> None:
     """``data`` into ``path`` atomically (see the module docstring)."""
     path = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = _new_temporary(path)
     except OSError as e:
         raise SSGPError(f"cannot write {path}: {e.strerror or e}") from None
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a written file gets the usual mode
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -67,3 +67,11 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     results = (site / "results" / "catalog" / "index.html").read_text()
     for rec in doc["records"][:5]:
         assert f"{rec['nmse']:.4g}" in results
+    peers = json.loads((ROOT / "reports" / "peers" / "peers.json").read_text())
+    page = (site / "results" / "peers" / "index.html").read_text()
+    for name, summ in peers["summary"].items():
+        assert f"| {name} |" not in page and f"{summ['nmse']:.4f} ({summ['nmse_ratio']:.2f}×)" in page
+    assert (site / "results" / "peers-nmse-time.png").stat().st_size > 10_000
+    mscan = json.loads((ROOT / "reports" / "mscan" / "mscan.json").read_text())
+    page = (site / "results" / "m-scan" / "index.html").read_text()
+    assert all(f"{r['nmse']:.3f} ({r['mnlp']:.2f})" in page for r in mscan["records"])
