@@ -100,22 +100,20 @@ def _write_table(path, names, sep, values, bom):
         w.writerows([[repr(float(v)) for v in row] for row in values])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(table=_table())
-def test_any_table_loads_exactly_or_is_refused_in_one_line(table, tmp_path_factory):
+def _loads_exactly_or_refuses(table, folder) -> bool:
     """Through ``load``: either the data come back exactly (inputs and target, names as written,
-    every row once) or one SSGPError line says why; never a silently changed table."""
+    every row once: True) or one SSGPError line says why (False); never a silently changed table."""
     from ssgp_ppl.datasets import load
 
     names, sep, values, bom = table
     suffix = {",": ".csv", "\t": ".tsv", ";": ".csv"}[sep]
-    path = tmp_path_factory.mktemp("t") / f"table{suffix}"
+    path = folder / f"table{suffix}"
     _write_table(path, names, sep, values, bom)
     try:
         data = load(str(path))
     except SSGPError as e:
         assert "\n" not in str(e) and str(e)
-        return
+        return False
     assert list(data.feature_names) == names[:-1] and data.target_name == names[-1]
     x = np.concatenate([data.x_scaler.inverse(data.x_train), data.x_scaler.inverse(data.x_test)])
     y = np.concatenate([data.y_scaler.inverse(data.y_train), data.y_scaler.inverse(data.y_test)])
@@ -123,20 +121,44 @@ def test_any_table_loads_exactly_or_is_refused_in_one_line(table, tmp_path_facto
     order = np.lexsort(got.T[::-1])
     want = values[np.lexsort(values.T[::-1])]
     np.testing.assert_allclose(got[order], want, rtol=1e-9, atol=0)
+    return True
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(table=_table())
-def test_any_table_fits_or_is_refused_in_one_line(table, tmp_path_factory):
-    """A short type-II fit of the same kind of table: finite metrics or one SSGPError line."""
+def _fits_or_refuses(table, folder) -> bool:
+    """A short type-II fit of the table: finite metrics (True) or one SSGPError line (False)."""
     import ssgp_ppl
 
     names, sep, values, bom = table
-    path = tmp_path_factory.mktemp("f") / ("table.tsv" if sep == "\t" else "table.csv")
+    path = folder / ("table.tsv" if sep == "\t" else "table.csv")
     _write_table(path, names, sep, values, bom)
     try:
         post = ssgp_ppl.fit("ssgp", data=str(path), settings={"m": 3, "ml.steps": 20})
     except SSGPError as e:
         assert "\n" not in str(e) and str(e)
-        return
+        return False
     assert all(np.isfinite(v) for v in post.metrics.values())
+    return True
+
+
+PLAIN = (["a", "b", "y"], ",", np.random.default_rng(0).standard_normal((30, 3)), False)
+
+
+@pytest.mark.parametrize("check", [_loads_exactly_or_refuses, _fits_or_refuses])
+@pytest.mark.parametrize("sep", [",", "\t", ";"])
+def test_a_plain_table_is_not_refused(check, sep, tmp_path):
+    """The properties below accept a refusal; a well-formed table must not get one."""
+    assert check((PLAIN[0], sep, PLAIN[2], PLAIN[3]), tmp_path)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table=_table())
+def test_any_table_loads_exactly_or_is_refused_in_one_line(table, tmp_path_factory):
+    _loads_exactly_or_refuses(table, tmp_path_factory.mktemp("t"))
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table=_table())
+def test_any_table_fits_or_is_refused_in_one_line(table, tmp_path_factory):
+    _fits_or_refuses(table, tmp_path_factory.mktemp("f"))
