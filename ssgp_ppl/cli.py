@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from ssgp_ppl import __version__, methods  # imports JAX without starting a backend
+from ssgp_ppl import __version__, methods, rundir  # imports JAX without starting a backend
 from ssgp_ppl.checkpoint import DEFAULT_EVERY
 from ssgp_ppl.entry import CATALOG_ENV
 from ssgp_ppl.errors import SEED_MAX
@@ -343,8 +343,6 @@ def cmd_fit(args) -> int:
     out = Path(args.out or f"runs/{entry.name}-{data.name}-{method}")
     if not writer:
         return _fit_in(args, entry, data, m, out, writer)
-    from ssgp_ppl import rundir
-
     with rundir.hold(out):
         rundir.check_free(out, resume=bool(args.resume), overwrite=args.overwrite)
         return _fit_in(args, entry, data, m, out, writer)
@@ -364,9 +362,7 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
         write_json(out / "run.json", _run_record(args))
     checkpoint = None
     if m.checkpoints:  # with --checkpoint-every 0: saved only at the end or on Ctrl-C
-        # a multi-path fit keeps one checkpoint per path (checkpoint-path<k>.npz)
-        resume = bool(args.resume) and ((out / "checkpoint.npz").exists()
-                                        or any(out.glob("checkpoint-path*.npz")))
+        resume = bool(args.resume) and bool(rundir.checkpoints(out))
         if args.resume and not resume:
             print(f"ssgp-ppl: no checkpoint in {out} (stopped before training began): "
                   "starting from step 0", file=sys.stderr)

@@ -41,13 +41,20 @@ def hold(out: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def checkpoints(out: Path) -> list[str]:
+    """Names of the checkpoint files in ``out``: ``checkpoint.npz``, and one per path of a
+    multi-path fit (``checkpoint-path<k>.npz``, :func:`ssgp_ppl.paths.path_checkpoint`)."""
+    return [p.name for p in sorted(out.glob("checkpoint*.npz"))
+            if p.name == "checkpoint.npz" or p.name.startswith("checkpoint-path")]
+
+
 def check_free(out: Path, *, resume: bool, overwrite: bool) -> None:
     """Refuse to start a new run over one that ``out`` holds, unless ``overwrite``; say how to
     continue an interrupted one."""
     if resume or overwrite:
         return
     found = [f for f in RUN_FILES if (out / f).exists()] + \
-        [p.name for p in sorted(out.glob("checkpoint-path*.npz"))]
+        [f for f in checkpoints(out) if f not in RUN_FILES]
     if not found or found == ["run.json"]:  # nothing trained yet (it stopped before training)
         return
     metrics = out / "metrics.json"
