@@ -16,7 +16,7 @@ from pathlib import Path
 from ssgp_ppl import __version__, methods, rundir  # imports JAX without starting a backend
 from ssgp_ppl.checkpoint import DEFAULT_EVERY
 from ssgp_ppl.entry import CATALOG_ENV
-from ssgp_ppl.errors import SEED_MAX
+from ssgp_ppl.errors import SEED_MAX, one_line
 
 CHAINS_DEVICES = 4  # host devices so that 4 NUTS chains run in parallel
 
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # a bug, not bad input: say so; the traceback with --debug
             if args.debug:
                 raise
-            text = " ".join(str(e).split())[:300]
+            text = one_line(e)[:300]
             if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text:  # host or XLA memory
                 print("ssgp-ppl: error: out of memory; lower m, subsample the rows or pick a "
                       "smaller guide", file=sys.stderr)

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ssgp_ppl.errors import SSGPError, check_seed
+from ssgp_ppl.errors import SSGPError, check_seed, one_line
 from ssgp_ppl.io import write_bytes_atomic
 from ssgp_ppl.tables import TableEncoding, TableOptions, prepare
 
@@ -581,7 +581,7 @@ def _read_headerless_csv(path: Path, name: str) -> np.ndarray:
     try:
         df = pd.read_csv(path, header=None, dtype=np.float64, engine="c")
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise SSGPError(f"cannot parse {path} for '{name}': {_one_line(e)}") from None
+        raise SSGPError(f"cannot parse {path} for '{name}': {one_line(e)}") from None
     return df.to_numpy(dtype=np.float64)
 
 
@@ -617,13 +617,13 @@ def _read_uci_txt(folder: Path, root: Path, name: str):
         tgt = _read_ints(_need_file(folder / "index_target.txt", root))
         n_splits = _read_ints(_need_file(folder / "n_splits.txt", root))
     except ValueError as e:
-        raise SSGPError(f"bad index file in {folder}: {_one_line(e)}") from None
+        raise SSGPError(f"bad index file in {folder}: {one_line(e)}") from None
     if len(tgt) != 1 or len(n_splits) != 1 or not feats:
         raise SSGPError(f"bad index files in {folder}: need one target index and one n_splits")
     try:
         a = pd.read_csv(data, sep=r"\s+", header=None, dtype=np.float64, engine="c").to_numpy()
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise SSGPError(f"cannot parse {data} for '{name}': {_one_line(e)}") from None
+        raise SSGPError(f"cannot parse {data} for '{name}': {one_line(e)}") from None
     ncol = a.shape[1]
     bad = [i for i in (*feats, tgt[0]) if not 0 <= i < ncol]
     if bad:
@@ -659,7 +659,7 @@ def _parse_float_csv(path: Path, ncol: int) -> np.ndarray:
     try:
         df = pd.read_csv(path, header=0, dtype=np.float64, engine="c")
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise SSGPError(f"cannot parse {path}: {_one_line(e)}") from None
+        raise SSGPError(f"cannot parse {path}: {one_line(e)}") from None
     return df.to_numpy(dtype=np.float64)
 
 
@@ -684,7 +684,7 @@ def _load_blog(path: Path) -> tuple[np.ndarray, np.ndarray]:
     except (zipfile.BadZipFile, ValueError, pd.errors.ParserError) as e:
         if isinstance(e, SSGPError):
             raise
-        raise SSGPError(f"cannot read {path}: {_one_line(e)}") from None
+        raise SSGPError(f"cannot read {path}: {one_line(e)}") from None
     a = np.concatenate(parts, axis=0)[:_BLOG_ROWS]
     if a.shape[0] < _BLOG_ROWS:
         raise SSGPError(f"{path} holds {a.shape[0]} rows; the BLOG protocol needs {_BLOG_ROWS}")
@@ -805,7 +805,7 @@ def _read_table(path: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise SSGPError(f"data file '{path}' is empty") from None
     except (ValueError, OSError, ImportError, pd.errors.ParserError) as e:
-        raise SSGPError(f"cannot read data file '{path}': {_one_line(e)}") from None
+        raise SSGPError(f"cannot read data file '{path}': {one_line(e)}") from None
     return df
 
 
@@ -829,6 +829,3 @@ def _check_finite_array(x, y, where: str, feats: Sequence[str], tname: str) -> N
             parts.append(f"column '{c}' has {' and '.join(counts)}")
     raise SSGPError(f"non-finite values in {where}: " + "; ".join(parts))
 
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())

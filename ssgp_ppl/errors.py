@@ -13,6 +13,11 @@ def check_seed(seed, what: str = "seed") -> int:
     return int(seed)
 
 
+def one_line(e: BaseException) -> str:
+    """An exception's message on one line (whitespace runs, newlines included, become a space)."""
+    return " ".join(str(e).split())
+
+
 class SSGPError(ValueError):
     """A bad input, a bad catalog entry, or a numerical failure the user can act on.
 
