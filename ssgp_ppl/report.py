@@ -74,12 +74,6 @@ def methods_to_run(entry: CatalogEntry, n_train: int = 0) -> list[str]:
     return names
 
 
-# the catalog keys a budget flag of ``compare`` sets, per method
-BUDGET_KEYS = {"steps": {"ml": "steps", "svi": "steps", "ncvmp": "max_iter"},
-               "samples": {"nuts": "samples", "smc": "samples"},
-               "chains": {"nuts": "chains", "smc": "chains"}}
-
-
 def budget(entry: CatalogEntry, n_train: int = 0, **given: int | None) -> CatalogEntry:
     """``entry`` with ``compare``'s budget set for every method it runs: ``steps`` (SVI / ML
     steps, NCVMP iterations), ``samples`` and ``chains`` (the reference's draws per chain and
@@ -89,7 +83,7 @@ def budget(entry: CatalogEntry, n_train: int = 0, **given: int | None) -> Catalo
         if value is None:
             continue
         for method in run:
-            if (key := BUDGET_KEYS[flag].get(method)) is not None:
+            if (key := methods.get(method).budget.get(flag)) is not None:
                 sets.append(f"inference.{method}.{key}={value}")
     return entry.with_overrides(sets) if sets else entry
 

@@ -36,6 +36,18 @@ def test_every_registered_method_has_a_case():
     assert set(CASES) == set(methods.REGISTRY)
 
 
+def test_budget_flags_set_integer_settings_of_their_method():
+    """compare's --steps/--samples/--chains set, per method, keys of its own settings."""
+    from ssgp_ppl.settings import is_int
+
+    for name, m in methods.REGISTRY.items():
+        assert set(m.budget) <= {"steps", "samples", "chains"}, name
+        fields = m.Settings.schema()
+        for key in m.budget.values():
+            assert key in fields and is_int(fields[key].default), (name, key)
+    assert methods.get("ncvmp").budget == {"steps": "max_iter"}
+
+
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     """Raw pendulum rows as a DataFrame and as the same CSV file (100 rows: 90 train, 10 test)."""

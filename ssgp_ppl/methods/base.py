@@ -60,6 +60,8 @@ class Method:
     reference: ClassVar[bool] = False  # the MCMC reference compare adds to an entry's methods
     provides: ClassVar[tuple[str, ...]] = ()  # Handoff fields its posterior fills for others
     accepts: ClassVar[tuple[str, ...]] = ()  # Handoff fields it uses when the own method provides them
+    # compare's budget flags (steps, samples, chains) -> the key of this method's settings they set
+    budget: ClassVar[dict[str, str]] = {}
 
     def settings(self, entry: CatalogEntry):
         return self.Settings.of(entry, self.name)

@@ -28,6 +28,7 @@ class MLSettings(Settings):
 
 class MLMethod(Method):
     name = "ml"
+    budget = {"steps": "steps"}
     Settings = MLSettings
     description = "type-II maximum likelihood (MAP where the entry has priors)"
     checkpoints = True

@@ -70,6 +70,7 @@ def spectral_candidates(entry, spec, restarts: int):
 
 class NCVMPMethod(Method):
     name = "ncvmp"
+    budget = {"steps": "max_iter"}
     Settings = NCVMPMethodSettings
     description = "Tan et al. 2016's NCVMP (Algorithm 2) with the §5 closed-form predictive"
     provides = ("spectral_points",)

@@ -32,6 +32,7 @@ class NUTSSettings(Settings):
 
 class NUTSMethod(PosteriorSampler):
     name = "nuts"
+    budget = {"samples": "samples", "chains": "chains"}
     Settings = NUTSSettings
     description = "NUTS chains on the model with priors (empirical Bayes on type-II sites)"
     accepts = ("spectral_points",)

@@ -101,6 +101,7 @@ def runs_agreement(invariant_runs: list[np.ndarray]) -> float:
 
 class SMCMethod(PosteriorSampler):
     name = "smc"
+    budget = {"samples": "samples", "chains": "chains"}
     Settings = SMCSettings
     description = ("adaptive tempered SMC (blackjax, s integrated out), then NUTS chains from its "
                    "particles: the reference")

@@ -67,6 +67,7 @@ def guide_of(entry, spec, model, s: SVISettings):
 
 class SVIMethod(Method):
     name = "svi"
+    budget = {"steps": "steps"}
     Settings = SVISettings
     description = "the entry's guide by SVI (its objective, Adam inside one jit)"
     checkpoints = True
