@@ -43,6 +43,7 @@ import peer_fits  # noqa: E402
 
 from ssgp_ppl import datasets, pipeline  # noqa: E402
 from ssgp_ppl.entry import load_entry  # noqa: E402
+from ssgp_ppl.errors import one_line  # noqa: E402
 from ssgp_ppl.io import write_json  # noqa: E402
 from ssgp_ppl.metrics import regression_metrics  # noqa: E402
 
@@ -160,9 +161,9 @@ def measure(set_name: str, method: str, *, out: Path, quick: bool, seed: int, ov
         else:
             rec.update(run_ours(method, ds, quick=quick, seed=seed))
     except ImportError as e:
-        rec["skipped"] = str(e).splitlines()[0]
+        rec["skipped"] = one_line(e)
     except Exception as e:  # a failed fit is a result too: recorded, the run goes on
-        rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        rec["error"] = f"{type(e).__name__}: {one_line(e)}"
         log(traceback.format_exc())
     log(f"  {json.dumps({k: rec.get(k) for k in ('nmse', 'mnlp', 'fit_seconds', 'error', 'skipped')})}")
     path.parent.mkdir(parents=True, exist_ok=True)
