@@ -11,8 +11,8 @@ guides over θ and give s its exact conditional p(s | θ, y) (``svbssgp_collapse
 ``vssgp_collapsed``). Each result is written atomically to ``reports/mscan/<set>/<entry>-m<m>.json``
 (a rerun skips those there; ``--overwrite`` measures again), and ``reports/mscan/mscan.json``
 gathers them with, per (set, entry), whether NMSE is non-increasing in m within ``NOISE``.
-One thread, like ``benchmarks/peers.py``; kin40k and protein use a 5,000-row training subsample
-(the collapsed step costs O(n m²)).
+One thread, like ``benchmarks/peers.py``; kin40k and protein use a 5,000-row subsample (about 4,500
+training rows: the collapsed step costs O(n m²)).
 """
 
 from __future__ import annotations

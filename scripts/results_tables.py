@@ -203,7 +203,8 @@ TABLES = {
     "m-scan": ("More features: the variational entries as m grows",
                "`python benchmarks/mscan.py` (`reports/mscan/mscan.json`): test NMSE (MNLP) of "
                "the papers' guides over (θ, s) and of the same guides over θ with s integrated "
-               "out, for m = 10 … 100 (kin40k and protein: 5,000 training rows).", mscan),
+               "out, for m = 10 … 100 (kin40k and protein: a 5,000-row subsample, about 4,500 of "
+               "them training rows).", mscan),
 }
 
 
