@@ -98,9 +98,9 @@ def peers() -> str:
     for name, s in doc["summary"].items():
         met = ", ".join(k for k, v in s["meets"].items() if v) or "none"
         tr = f" ({s['time_ratio']:.2f}×)" if "time_ratio" in s else ""
-        out.append(f"| {name} | {s['best_peer_nmse'][1]:.4f} ({s['best_peer_nmse'][0]}) | "
+        out.append(f"| {name} | {s['best_peer_nmse'][1]:.4g} ({s['best_peer_nmse'][0]}) | "
                    f"{s['best_peer_mnlp'][1]:.3f} ({s['best_peer_mnlp'][0]}) | `{s['best_bayesian']}` | "
-                   f"{s['nmse']:.4f} ({s['nmse_ratio']:.2f}×) | {s['mnlp']:.3f} "
+                   f"{s['nmse']:.4g} ({s['nmse_ratio']:.2f}×) | {s['mnlp']:.3f} "
                    f"({s['mnlp_above_best']:+.3f}) | {s['fit_seconds']:.1f}{tr} | {met} |")
     out += ["", f"![Test NMSE against fit time]({PEERS_FIGURE})", "",
             "| set | n train | method | NMSE | MNLP | 90% coverage | fit s | predict s |",
@@ -112,7 +112,7 @@ def peers() -> str:
             out.append(f"| {r['set']} | {r['n_train']} | {name} | – | – | – | – | – ({why}) |")
             continue
         sub = f" ({r['training_rows_used']} rows)" if r.get("training_rows_used") else ""
-        out.append(f"| {r['set']} | {r['n_train']} | {name}{sub} | {r['nmse']:.4f} | "
+        out.append(f"| {r['set']} | {r['n_train']} | {name}{sub} | {r['nmse']:.4g} | "
                    f"{r['mnlp']:.3f} | {r['coverage_90']:.3f} | {r['fit_seconds']:.1f} | "
                    f"{r['predict_seconds']:.2f} |")
     return "\n".join(out)

@@ -70,7 +70,7 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     peers = json.loads((ROOT / "reports" / "peers" / "peers.json").read_text())
     page = (site / "results" / "peers" / "index.html").read_text()
     for name, summ in peers["summary"].items():
-        assert f"| {name} |" not in page and f"{summ['nmse']:.4f} ({summ['nmse_ratio']:.2f}×)" in page
+        assert f"| {name} |" not in page and f"{summ['nmse']:.4g} ({summ['nmse_ratio']:.2f}×)" in page
     assert (site / "results" / "peers-nmse-time.png").stat().st_size > 10_000
     mscan = json.loads((ROOT / "reports" / "mscan" / "mscan.json").read_text())
     page = (site / "results" / "m-scan" / "index.html").read_text()
