@@ -44,10 +44,18 @@ def test_an_existing_run_is_not_overwritten(tmp_path):
     rundir.check_free(out, resume=True, overwrite=False)
 
 
+def _default_stop_signals():
+    """A child with SIGTERM and SIGHUP at their defaults, whatever this process inherited (under
+    ``nohup`` SIGHUP is inherited ignored, and a fit keeps an ignored signal ignored)."""
+    for name in ("SIGTERM", "SIGHUP"):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
 def _cli(*args):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     return subprocess.Popen([sys.executable, "-m", "ssgp_ppl.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_default_stop_signals)
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
