@@ -44,18 +44,19 @@ def test_an_existing_run_is_not_overwritten(tmp_path):
     rundir.check_free(out, resume=True, overwrite=False)
 
 
-def _default_stop_signals():
-    """A child with SIGTERM and SIGHUP at their defaults, whatever this process inherited (under
-    ``nohup`` SIGHUP is inherited ignored, and a fit keeps an ignored signal ignored)."""
-    for name in ("SIGTERM", "SIGHUP"):
-        signal.signal(getattr(signal, name), signal.SIG_DFL)
+# the CLI with SIGTERM and SIGHUP at their defaults, whatever the test runner inherited (under
+# nohup SIGHUP is inherited ignored, and a fit keeps an ignored signal ignored); set in the child
+# itself: a preexec_fn would fork this process, which JAX warns against
+_CLI_DEFAULT_SIGNALS = ("import runpy, signal, sys; "
+                        "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGHUP)]; "
+                        "sys.argv = ['ssgp-ppl', *sys.argv[1:]]; "
+                        "runpy.run_module('ssgp_ppl.cli', run_name='__main__')")
 
 
 def _cli(*args):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return subprocess.Popen([sys.executable, "-m", "ssgp_ppl.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=_default_stop_signals)
+    return subprocess.Popen([sys.executable, "-c", _CLI_DEFAULT_SIGNALS, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
