@@ -91,7 +91,9 @@ def peers() -> str:
     out = [f"Targets: this project's best Bayesian entry has test NMSE ≤ {t['nmse_ratio']:g}× the "
            f"best peer's and MNLP ≤ the best peer's + {t['mnlp_above']:g}, at ≤ {t['time_ratio']:g}× "
            "the GPyTorch SVGP's fit time. Machine: "
-           f"{doc['machine']['cpus']} CPUs, one thread per library.", "",
+           f"{doc['machine']['cpus']} CPUs, one thread per library. An entry whose every step "
+           "sees every training row is recorded as skipped where steps × paths × n × (2m)² exceeds "
+           f"{doc.get('full_batch_max', float('inf')):.1e} (about ten minutes on one thread).", "",
            "| set | best peer NMSE | best peer MNLP | best Bayesian entry | NMSE (ratio) | "
            "MNLP (− best peer) | fit s (× SVGP) | targets met |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -165,6 +167,20 @@ def mscan() -> str:
         cells = [f"{row[m]['nmse']:.3f} ({row[m]['mnlp']:.2f})" if m in row else "–" for m in ms]
         ok = doc["verdict"][f"{s}/{e}"]["non_increasing"]
         out.append(f"| {s} | `{e}` | " + " | ".join(cells) + f" | {'yes' if ok else 'no'} |")
+    if doc.get("memory"):
+        steps = {(r["set"], r["entry"], r["m"]): r for r in doc["records"]}
+        out += ["", "Each fit at the largest m: milliseconds per step (the scan's fit seconds / "
+                "steps, compilation included), the process's peak resident memory, what it held "
+                "before the fit (Python, JAX, the data) and `ssgp_ppl.resources.estimate`'s figure "
+                "(`python benchmarks/mscan.py --memory`).", "",
+                "| set | entry | m | n train | ms / step | peak MB | before fit MB | estimate MB |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in doc["memory"]:
+            st = steps.get((r["set"], r["entry"], r["m"]))
+            ms_step = f"{st['ms_per_step']:.2f}" if st else "–"
+            out.append(f"| {r['set']} | `{r['entry']}` | {r['m']} | {r['n_train']} | {ms_step} | "
+                       f"{r['peak_rss_mb']:.0f} | {r['rss_before_fit_mb']:.0f} | "
+                       f"{r['estimate_mb']:.1f} |")
     return "\n".join(out)
 
 

@@ -70,6 +70,31 @@ def test_peers_quick_run_writes_records_and_resumes(tmp_path):
     assert (tmp_path / "pendulum" / "vssgp_collapsed.json").stat().st_mtime_ns == stamp
 
 
+def test_full_batch_cost_and_the_entries_it_skips(tmp_path):
+    """steps × paths × n × (2m)² from each entry's own settings; an entry above the budget is
+    recorded as skipped with the figure, and the summary passes over it."""
+    out = _python(f"""
+        import json, peers
+        from ssgp_ppl.entry import load_entry
+        cost = {{e: peers.full_batch_cost(load_entry(e), 1000) for e in peers.OURS}}
+        peers.FULL_BATCH_MAX = 1e9
+        rec = peers.measure("pendulum", "vssgp_collapsed", out=__import__("pathlib").Path({str(tmp_path)!r}),
+                            quick=False, seed=0, overwrite=False)
+        print(json.dumps({{"cost": cost, "rec": rec, "summary": peers.summarise([rec])}}))
+    """)
+    doc = json.loads(out)
+    cost = doc["cost"]
+    assert cost["svbssgp"] is None and cost["vssgp"] is None  # partition-sampled: a of p blocks
+    assert cost["svbssgp_collapsed"] == 6000 * 1000 * 100**2  # 6,000 steps, m = 50
+    assert cost["ssgp_svi"] == 8000 * 8 * 1000 * 20**2  # 8,000 steps, 8 paths, m = 10
+    assert cost["ssgp"] == 3000 * 1000 * 40**2
+    assert cost["tan_va"] == (500 + 10 * 2) * 1000 * 40**2  # max_iter + restarts × restart_iters
+    rec = doc["rec"]  # pendulum, 315 rows: 6000 × 315 × 100² = 1.9e10 > 1e9
+    assert "nmse" not in rec and rec["skipped"].startswith("every step sees all 315 rows")
+    assert "1.9e+10" in rec["skipped"] and doc["summary"] == {}
+    assert json.loads((tmp_path / "pendulum" / "vssgp_collapsed.json").read_text()) == rec
+
+
 def test_peers_unknown_set_is_one_line_exit_2(tmp_path):
     r = subprocess.run([sys.executable, str(BENCH / "peers.py"), "--sets", "nope", "--out",
                         str(tmp_path)], capture_output=True, text=True, timeout=300)
@@ -86,3 +111,18 @@ def test_mscan_verdict_allows_noise_but_not_a_rise():
     v = json.loads(out)
     assert v["a/e"] == {"m": [10, 20, 50], "nmse": [0.5, 0.3, 0.31], "non_increasing": True}
     assert v["a/f"]["non_increasing"] is False
+
+
+def test_mscan_memory_child_measures_one_fit():
+    """The child's figures are of one fit: its peak lies above what the process held before the
+    fit by the fit's own arrays, and the resources estimate is of the same fit's sizes."""
+    out = _python("""
+        import json, mscan
+        mscan.MEMORY_STEPS = 50
+        print(json.dumps(mscan.memory_child("pendulum", "vssgp_collapsed", 10, 0)))
+    """)
+    rec = json.loads(out.strip().splitlines()[-1])
+    assert rec["steps"] == 50 and rec["n_train"] == 315 and rec["m"] == 10
+    assert rec["peak_rss_mb"] >= rec["rss_before_fit_mb"] > 100  # Python, JAX and the data
+    assert abs(rec["fit_mb"] - (rec["peak_rss_mb"] - rec["rss_before_fit_mb"])) < 0.2
+    assert 0 < rec["estimate_mb"] < 50  # 315 × 20 features, a 10-dimensional guide
