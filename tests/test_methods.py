@@ -198,3 +198,41 @@ def test_prerequisites_hand_over_type2_estimates_explicitly():
 def test_unknown_method_is_one_error():
     with pytest.raises(SSGPError, match="unknown method 'mcmc'; known: ml, svi, nuts, smc, ncvmp, local"):
         methods.get("mcmc")
+
+
+@pytest.mark.parametrize("batch_values", [1, 2**23])  # one draw at a time, all 400 at once
+def test_nuisance_draws_follow_the_exact_conditional_whatever_the_batch(monkeypatch, batch_values):
+    """s | θ, σ_s, σ_n, y drawn per draw of θ (collapsed fits): 400 draws at one θ average to the
+    conditional's mean A⁻¹Φᵀy within 5 Monte Carlo standard errors (σ_n² A⁻¹ on the diagonal),
+    and the draws do not depend on how many are computed at once."""
+    import jax.numpy as jnp
+
+    from ssgp_ppl import model as ssgp_model
+    from ssgp_ppl import spectral
+    from ssgp_ppl.methods import common
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(80, 2)).astype(np.float32)
+    y = np.sin(x[:, 0]).astype(np.float32) + 0.1 * rng.normal(size=80).astype(np.float32)
+    freq = rng.normal(size=(3, 2)).astype(np.float32)
+    S = 400
+    sites = {"frequencies": np.repeat(freq[None], S, 0), "signal": np.full(S, 1.2, np.float32),
+             "noise": np.full(S, 0.3, np.float32)}
+    spec = load_entry("svbssgp_collapsed").with_overrides(["m=3"]).spec(2)
+    monkeypatch.setattr(common, "NUISANCE_BATCH_VALUES", batch_values)
+    s = np.asarray(common.with_nuisance(sites, x, y, seed=0, spec=spec)["nuisance"])
+    monkeypatch.setattr(common, "NUISANCE_BATCH_VALUES", 2**23)
+    s_ref = np.asarray(common.with_nuisance(sites, x, y, seed=0, spec=spec)["nuisance"])
+    np.testing.assert_allclose(s, s_ref, rtol=1e-4, atol=1e-5)
+    proj = 2 * np.pi * x.astype(np.float64) @ freq.astype(np.float64).T  # float64 reference
+    phi = np.stack([np.cos(proj), np.sin(proj)], -1).reshape(80, 6)
+    np.testing.assert_allclose(np.asarray(spectral.features(x, freq)), phi, atol=1e-5)
+    a = phi.T @ phi + 3 * 0.3**2 / 1.2**2 * np.eye(6)  # A = ΦᵀΦ + (mσ_n²/σ_s²) I
+    mean, cov = np.linalg.solve(a, phi.T @ y.astype(np.float64)), 0.3**2 * np.linalg.inv(a)
+    ref_mean, _ = ssgp_model.nuisance_posterior(jnp.asarray(phi, jnp.float32), jnp.asarray(y), 1.2, 0.3)
+    np.testing.assert_allclose(np.asarray(ref_mean), mean, rtol=1e-3, atol=1e-4)
+    assert s.shape == (S, 6)
+    err = np.abs(s.mean(0) - mean) / np.sqrt(np.diag(cov) / S)
+    assert err.max() < 5, err
+    ratio = s.var(0, ddof=1) / np.diag(cov)  # sd of a 400-draw variance ≈ 7%: within 4 of them
+    assert np.all(np.abs(ratio - 1) < 0.3), ratio

@@ -51,6 +51,9 @@ def site_rule(entry, sites: dict, data, partitions) -> SiteRule:
                     partitions if pred["rule"] == "local" else None)
 
 
+NUISANCE_BATCH_VALUES = 2**23  # feature values held at once when s is drawn per draw of θ
+
+
 def with_nuisance(sites: dict, x, y, seed: int, spec) -> dict:
     """``sites`` with s drawn from its exact Gaussian conditional given each draw of θ, σ_s, σ_n
     (:func:`ssgp_ppl.model.draw_nuisance`): a sampler or guide over the collapsed model gives the
@@ -64,8 +67,12 @@ def with_nuisance(sites: dict, x, y, seed: int, spec) -> dict:
 
     signal, noise = per_draw("signal", spec.signal), per_draw("noise", spec.noise)
     x, y = jnp.asarray(x), jnp.asarray(y)
-    s = jax.jit(jax.vmap(lambda k, f, sg, nz: draw_nuisance(k, spectral.features(x, f), y, sg, nz)))(
-        keys, jnp.asarray(sites["frequencies"]), signal, noise)
+    freq = jnp.asarray(sites["frequencies"])
+    # a few draws at a time: all S feature matrices at once would hold S × n × 2m values
+    batch = int(min(n, max(1, NUISANCE_BATCH_VALUES // (x.shape[0] * 2 * freq.shape[1]))))
+    s = jax.jit(lambda *a: jax.lax.map(
+        lambda b: draw_nuisance(b[0], spectral.features(x, b[1]), y, b[2], b[3]), a,
+        batch_size=batch))(keys, freq, signal, noise)
     return {**sites, "nuisance": s}
 
 
