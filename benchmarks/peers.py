@@ -198,6 +198,12 @@ def at_time(traj: list[dict], seconds: float, key: str) -> float | None:
     return reached[-1][key] if reached else None
 
 
+def _meets(r: dict, best_nmse: dict, best_mnlp: dict, svgp: dict | None) -> dict:
+    return {"nmse": r["nmse"] / best_nmse["nmse"] <= TARGETS["nmse_ratio"],
+            "mnlp": r["mnlp"] - best_mnlp["mnlp"] <= TARGETS["mnlp_above"],
+            "time": svgp is not None and r["fit_seconds"] / svgp["fit_seconds"] <= TARGETS["time_ratio"]}
+
+
 def summarise(records: list[dict]) -> dict:
     """Per set: the best peer by NMSE and by MNLP, this project's best Bayesian entry (by NMSE),
     and the ratios the targets are about."""
@@ -223,10 +229,10 @@ def summarise(records: list[dict]) -> dict:
             if svgp.get("trajectory"):
                 summ["svgp_rmse_at_equal_time"] = at_time(svgp["trajectory"], best["fit_seconds"], "rmse")
                 summ["rmse"] = best["rmse"]
-        summ["meets"] = {
-            "nmse": summ["nmse_ratio"] <= TARGETS["nmse_ratio"],
-            "mnlp": summ["mnlp_above_best"] <= TARGETS["mnlp_above"],
-            "time": summ.get("time_ratio", np.inf) <= TARGETS["time_ratio"]}
+        summ["meets"] = _meets(best, best_nmse, best_mnlp, svgp)
+        # the best entry by NMSE may be slow: which Bayesian entries meet all three targets
+        summ["all_three"] = sorted(r["method"] for r in ours
+                                   if all(_meets(r, best_nmse, best_mnlp, svgp).values()))
         out[s] = summ
     return out
 

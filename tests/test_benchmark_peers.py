@@ -47,6 +47,28 @@ def test_summary_ratios_and_targets_from_records():
     assert abs(s["time_ratio"] - 0.45) < 1e-9
     assert s["svgp_rmse_at_equal_time"] == 2.0  # the trajectory's last point reached by 4.5 s
     assert s["meets"] == {"nmse": True, "mnlp": True, "time": True}
+    assert s["all_three"] == ["vssgp_collapsed"]  # svbssgp: NMSE 1.6×, MNLP −0.1, time 0.1×
+
+
+def test_summary_names_a_fast_entry_that_meets_all_three_when_the_best_is_slow():
+    out = _python("""
+        import json, peers
+        recs = [
+            {"set": "kin40k", "method": "gpytorch_svgp", "kind": "peer", "bayesian": False,
+             "nmse": 0.040, "mnlp": -0.17, "rmse": 0.2, "fit_seconds": 200.0},
+            {"set": "kin40k", "method": "svbssgp_collapsed", "kind": "ours", "bayesian": True,
+             "nmse": 0.014, "mnlp": -0.69, "rmse": 0.1, "fit_seconds": 500.0},
+            {"set": "kin40k", "method": "svbssgp", "kind": "ours", "bayesian": True,
+             "nmse": 0.038, "mnlp": -0.19, "rmse": 0.19, "fit_seconds": 50.0},
+            {"set": "kin40k", "method": "vssgp", "kind": "ours", "bayesian": True,
+             "nmse": 0.058, "mnlp": -0.04, "rmse": 0.25, "fit_seconds": 40.0},
+        ]
+        print(json.dumps(peers.summarise(recs)))
+    """)
+    s = json.loads(out)["kin40k"]
+    assert s["best_bayesian"] == "svbssgp_collapsed" and s["time_ratio"] == 2.5
+    assert s["meets"] == {"nmse": True, "mnlp": True, "time": False}
+    assert s["all_three"] == ["svbssgp"]
 
 
 def test_peers_quick_run_writes_records_and_resumes(tmp_path):
