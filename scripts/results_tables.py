@@ -173,7 +173,9 @@ def mscan() -> str:
         out += ["", "Each fit at the largest m: milliseconds per step (the scan's fit seconds / "
                 "steps, compilation included), the process's peak resident memory, what it held "
                 "before the fit (Python, JAX, the data) and `ssgp_ppl.resources.estimate`'s figure "
-                "(`python benchmarks/mscan.py --memory`).", "",
+                "(`python benchmarks/mscan.py --memory`). The estimate counts the fit's arrays; "
+                "most of the rest is XLA's compiled programs and their buffers, which a 315-row "
+                "pendulum fit needs as much as a 4,500-row one.", "",
                 "| set | entry | m | n train | ms / step | peak MB | before fit MB | estimate MB |",
                 "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in doc["memory"]:

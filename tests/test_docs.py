@@ -75,3 +75,4 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     mscan = json.loads((ROOT / "reports" / "mscan" / "mscan.json").read_text())
     page = (site / "results" / "m-scan" / "index.html").read_text()
     assert all(f"{r['nmse']:.3f} ({r['mnlp']:.2f})" in page for r in mscan["records"])
+    assert mscan["memory"] and all(f"<td>{r['peak_rss_mb']:.0f}</td>" in page for r in mscan["memory"])
