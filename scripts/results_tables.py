@@ -92,7 +92,8 @@ def peers() -> str:
            f"best peer's and MNLP ≤ the best peer's + {t['mnlp_above']:g}, at ≤ {t['time_ratio']:g}× "
            "the GPyTorch SVGP's fit time. Machine: "
            f"{doc['machine']['cpus']} CPUs, one thread per library. An entry whose every step "
-           "sees every training row is recorded as skipped where steps × paths × n × (2m)² exceeds "
+           "sees every training row is recorded as skipped where steps × paths × n × (2m)² (NCVMP: "
+           "iterations × n × m² × d²) exceeds "
            f"{doc.get('full_batch_max', float('inf')):.1e} (about ten minutes on one thread).", "",
            "| set | best peer NMSE | best peer MNLP | best Bayesian entry | NMSE (ratio) | "
            "MNLP (− best peer) | fit s (× SVGP) | targets met | entries meeting all three |",

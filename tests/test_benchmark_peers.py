@@ -98,7 +98,7 @@ def test_full_batch_cost_and_the_entries_it_skips(tmp_path):
     out = _python(f"""
         import json, peers
         from ssgp_ppl.entry import load_entry
-        cost = {{e: peers.full_batch_cost(load_entry(e), 1000) for e in peers.OURS}}
+        cost = {{e: peers.full_batch_cost(load_entry(e), 1000, 8) for e in peers.OURS}}
         peers.FULL_BATCH_MAX = 1e9
         rec = peers.measure("pendulum", "vssgp_collapsed", out=__import__("pathlib").Path({str(tmp_path)!r}),
                             quick=False, seed=0, overwrite=False)
@@ -110,7 +110,7 @@ def test_full_batch_cost_and_the_entries_it_skips(tmp_path):
     assert cost["svbssgp_collapsed"] == 6000 * 1000 * 100**2  # 6,000 steps, m = 50
     assert cost["ssgp_svi"] == 8000 * 8 * 1000 * 20**2  # 8,000 steps, 8 paths, m = 10
     assert cost["ssgp"] == 3000 * 1000 * 40**2
-    assert cost["tan_va"] == (500 + 10 * 2) * 1000 * 40**2  # max_iter + restarts × restart_iters
+    assert cost["tan_va"] == (500 + 10 * 2) * 1000 * 20**2 * 8**2  # iterations × n × m² × d²
     rec = doc["rec"]  # pendulum, 315 rows: 6000 × 315 × 100² = 1.9e10 > 1e9
     assert "nmse" not in rec and rec["skipped"].startswith("every step sees all 315 rows")
     assert "1.9e+10" in rec["skipped"] and doc["summary"] == {}

@@ -393,3 +393,22 @@ def test_lambda_step_safeguard_shrinks_the_step_until_spd(x64):
     assert np.all(np.linalg.eigvalsh(np.asarray(sigma)) > 0)
     np.testing.assert_allclose(np.asarray(mu), float(a) * np.linalg.inv(prec) @ np.array([0.5, 0.5]),
                                rtol=1e-10)
+
+
+def test_bound_gradient_memory_does_not_grow_with_the_rows():
+    """F₁, F₂ differentiate a scan over row chunks; its compiled temporaries stay those of one
+    chunk (the pair terms are recomputed backwards), so 8 chunks need what 2 do, not 4× more
+    (AIRLINE's 2M rows at m = 20 would otherwise ask for 213 GB)."""
+    m, d = 20, 3
+    pts = jnp.asarray(np.random.default_rng(0).normal(size=(m, d)), jnp.float32)
+
+    def temp_bytes(n):
+        x, y = jnp.zeros((n, d)), jnp.zeros(n)
+        grad = jax.grad(lambda mu, sg: ncvmp._expected_loglik_core(
+            x, y, pts, mu, sg, jnp.zeros(2 * m), jnp.eye(2 * m)), argnums=(0, 1))
+        return jax.jit(grad).lower(jnp.zeros(d), jnp.eye(d)).compile().memory_analysis() \
+            .temp_size_in_bytes
+
+    chunk = ncvmp._row_chunk(m)
+    small, large = temp_bytes(2 * chunk), temp_bytes(8 * chunk)
+    assert large < 1.1 * small, (small, large)
