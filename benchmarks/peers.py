@@ -226,7 +226,7 @@ def summarise(records: list[dict]) -> dict:
         summ = {"best_peer_nmse": [best_nmse["method"], best_nmse["nmse"]],
                 "best_peer_mnlp": [best_mnlp["method"], best_mnlp["mnlp"]],
                 "best_bayesian": best["method"], "nmse": best["nmse"], "mnlp": best["mnlp"],
-                "fit_seconds": best["fit_seconds"],
+                "fit_seconds": best["fit_seconds"], "predict_seconds": best["predict_seconds"],
                 "nmse_ratio": round(best["nmse"] / best_nmse["nmse"], 4),
                 "mnlp_above_best": round(best["mnlp"] - best_mnlp["mnlp"], 4)}
         if svgp is not None:

@@ -106,6 +106,17 @@ def peers() -> str:
                    f"{s['nmse']:.4g} ({s['nmse_ratio']:.2f}×) | {s['mnlp']:.3f} "
                    f"({s['mnlp_above_best']:+.3f}) | {s['fit_seconds']:.1f}{tr} | {met} | "
                    f"{', '.join(f'`{e}`' for e in s.get('all_three', [])) or 'none'} |")
+    eq = {k: s for k, s in doc["summary"].items() if s.get("svgp_rmse_at_equal_time") is not None}
+    if eq:
+        out += ["", "On the large sets, the best Bayesian entry's test RMSE against the GPyTorch "
+                "SVGP's at the same fit time (its trajectory's last evaluation by then), and the "
+                "entry's fit and prediction time:", "",
+                "| set | best Bayesian entry | RMSE | SVGP's RMSE at equal time | fit + predict s |",
+                "| --- | --- | --- | --- | --- |"]
+        for name, s in eq.items():
+            out.append(f"| {name} | `{s['best_bayesian']}` | {s['rmse']:.4g} | "
+                       f"{s['svgp_rmse_at_equal_time']:.4g} | "
+                       f"{s['fit_seconds'] + s.get('predict_seconds', 0.0):.1f} |")
     out += ["", f"![Test NMSE against fit time]({PEERS_FIGURE})", "",
             "| set | n train | method | NMSE | MNLP | 90% coverage | fit s | predict s |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]

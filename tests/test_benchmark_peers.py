@@ -27,15 +27,16 @@ def test_summary_ratios_and_targets_from_records():
         traj = [{"seconds": 1.0, "rmse": 3.0, "nmse": 0.5}, {"seconds": 4.0, "rmse": 2.0, "nmse": 0.3}]
         recs = [
             {"set": "pendulum", "method": "gpytorch_svgp", "kind": "peer", "bayesian": False,
-             "nmse": 0.30, "mnlp": 2.00, "rmse": 2.0, "fit_seconds": 10.0, "trajectory": traj},
+             "nmse": 0.30, "mnlp": 2.00, "rmse": 2.0, "fit_seconds": 10.0, "predict_seconds": 0.5,
+             "trajectory": traj},
             {"set": "pendulum", "method": "sklearn_exact", "kind": "peer", "bayesian": False,
-             "nmse": 0.25, "mnlp": 1.50, "rmse": 1.9, "fit_seconds": 2.0},
+             "nmse": 0.25, "mnlp": 1.50, "rmse": 1.9, "fit_seconds": 2.0, "predict_seconds": 0.5},
             {"set": "pendulum", "method": "ssgp", "kind": "ours", "bayesian": False,
-             "nmse": 0.10, "mnlp": 1.00, "rmse": 1.0, "fit_seconds": 1.0},
+             "nmse": 0.10, "mnlp": 1.00, "rmse": 1.0, "fit_seconds": 1.0, "predict_seconds": 0.5},
             {"set": "pendulum", "method": "vssgp_collapsed", "kind": "ours", "bayesian": True,
-             "nmse": 0.24, "mnlp": 1.51, "rmse": 1.8, "fit_seconds": 4.5},
+             "nmse": 0.24, "mnlp": 1.51, "rmse": 1.8, "fit_seconds": 4.5, "predict_seconds": 0.5},
             {"set": "pendulum", "method": "svbssgp", "kind": "ours", "bayesian": True,
-             "nmse": 0.40, "mnlp": 1.40, "rmse": 2.5, "fit_seconds": 1.0},
+             "nmse": 0.40, "mnlp": 1.40, "rmse": 2.5, "fit_seconds": 1.0, "predict_seconds": 0.5},
         ]
         print(json.dumps(peers.summarise(recs)))
     """)
@@ -47,6 +48,7 @@ def test_summary_ratios_and_targets_from_records():
     assert abs(s["time_ratio"] - 0.45) < 1e-9
     assert s["svgp_rmse_at_equal_time"] == 2.0  # the trajectory's last point reached by 4.5 s
     assert s["meets"] == {"nmse": True, "mnlp": True, "time": True}
+    assert s["predict_seconds"] == 0.5
     assert s["all_three"] == ["vssgp_collapsed"]  # svbssgp: NMSE 1.6×, MNLP −0.1, time 0.1×
 
 
@@ -55,13 +57,13 @@ def test_summary_names_a_fast_entry_that_meets_all_three_when_the_best_is_slow()
         import json, peers
         recs = [
             {"set": "kin40k", "method": "gpytorch_svgp", "kind": "peer", "bayesian": False,
-             "nmse": 0.040, "mnlp": -0.17, "rmse": 0.2, "fit_seconds": 200.0},
+             "nmse": 0.040, "mnlp": -0.17, "rmse": 0.2, "fit_seconds": 200.0, "predict_seconds": 0.5},
             {"set": "kin40k", "method": "svbssgp_collapsed", "kind": "ours", "bayesian": True,
-             "nmse": 0.014, "mnlp": -0.69, "rmse": 0.1, "fit_seconds": 500.0},
+             "nmse": 0.014, "mnlp": -0.69, "rmse": 0.1, "fit_seconds": 500.0, "predict_seconds": 0.5},
             {"set": "kin40k", "method": "svbssgp", "kind": "ours", "bayesian": True,
-             "nmse": 0.038, "mnlp": -0.19, "rmse": 0.19, "fit_seconds": 50.0},
+             "nmse": 0.038, "mnlp": -0.19, "rmse": 0.19, "fit_seconds": 50.0, "predict_seconds": 0.5},
             {"set": "kin40k", "method": "vssgp", "kind": "ours", "bayesian": True,
-             "nmse": 0.058, "mnlp": -0.04, "rmse": 0.25, "fit_seconds": 40.0},
+             "nmse": 0.058, "mnlp": -0.04, "rmse": 0.25, "fit_seconds": 40.0, "predict_seconds": 0.5},
         ]
         print(json.dumps(peers.summarise(recs)))
     """)
