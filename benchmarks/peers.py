@@ -75,8 +75,10 @@ BAYESIAN = ("svbssgp", "vssgp", "svbssgp_collapsed", "vssgp_collapsed", "ssgp_sv
 OURS = ("ssgp", *BAYESIAN)  # ssgp: type-II (Lázaro-Gredilla et al. 2010), shown for reference
 TARGETS = {"nmse_ratio": 1.0, "mnlp_above": 0.02, "time_ratio": 0.5}
 # An entry whose every step sees every row costs about steps × paths × n × (2m)² per fit; above
-# this (about ten minutes on one thread of the machine the tables come from: kin40k's 4,500-row
-# subsample at m = 100, 6,000 steps, 1.1e12, took 109 s) it is recorded as skipped, not run.
+# this it is recorded as skipped, not run. On one thread of the machine the tables come from that
+# is ten to forty minutes: the collapsed entries at m = 100 ran 1e10 a second (kin40k's 4,500-row
+# subsample, 6,000 steps, 1.1e12: 109 s), the type-II ssgp at m = 20, whose features cost more
+# beside its small Gram matrix, 2.4e9 (AIRLINE 100k, 4.6e11: 189 s).
 FULL_BATCH_MAX = 6e12
 
 
@@ -235,6 +237,8 @@ def summarise(records: list[dict]) -> dict:
                 summ["svgp_rmse_at_equal_time"] = at_time(svgp["trajectory"], best["fit_seconds"], "rmse")
                 summ["rmse"] = best["rmse"]
         summ["meets"] = _meets(best, best_nmse, best_mnlp, svgp)
+        done = {r["method"] for r in records if r["set"] == s}
+        summ["not_measured"] = [m for m in (*PEERS, *OURS) if m not in done]
         # the best entry by NMSE may be slow: which Bayesian entries meet all three targets
         summ["all_three"] = sorted(r["method"] for r in ours
                                    if all(_meets(r, best_nmse, best_mnlp, svgp).values()))

@@ -94,7 +94,7 @@ def peers() -> str:
            f"{doc['machine']['cpus']} CPUs, one thread per library. An entry whose every step "
            "sees every training row is recorded as skipped where steps × paths × n × (2m)² (NCVMP: "
            "iterations × n × m² × d²) exceeds "
-           f"{doc.get('full_batch_max', float('inf')):.1e} (about ten minutes on one thread).", "",
+           f"{doc.get('full_batch_max', float('inf')):.1e} (ten to forty minutes on one thread).", "",
            "| set | best peer NMSE | best peer MNLP | best Bayesian entry | NMSE (ratio) | "
            "MNLP (− best peer) | fit s (× SVGP) | targets met | entries meeting all three |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -106,6 +106,10 @@ def peers() -> str:
                    f"{s['nmse']:.4g} ({s['nmse_ratio']:.2f}×) | {s['mnlp']:.3f} "
                    f"({s['mnlp_above_best']:+.3f}) | {s['fit_seconds']:.1f}{tr} | {met} | "
                    f"{', '.join(f'`{e}`' for e in s.get('all_three', [])) or 'none'} |")
+    missing = {k: s["not_measured"] for k, s in doc["summary"].items() if s.get("not_measured")}
+    if missing:
+        out += ["", "Not measured yet (the run resumes from the records there): " + "; ".join(
+            f"{k}: {', '.join(v)}" for k, v in missing.items()) + "."]
     eq = {k: s for k, s in doc["summary"].items() if s.get("svgp_rmse_at_equal_time") is not None}
     if eq:
         out += ["", "On the large sets, the best Bayesian entry's test RMSE against the GPyTorch "

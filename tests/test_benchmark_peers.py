@@ -49,6 +49,7 @@ def test_summary_ratios_and_targets_from_records():
     assert s["svgp_rmse_at_equal_time"] == 2.0  # the trajectory's last point reached by 4.5 s
     assert s["meets"] == {"nmse": True, "mnlp": True, "time": True}
     assert s["predict_seconds"] == 0.5
+    assert s["not_measured"] == ["gpjax_svgp", "vssgp", "svbssgp_collapsed", "ssgp_svi", "tan_va"]
     assert s["all_three"] == ["vssgp_collapsed"]  # svbssgp: NMSE 1.6×, MNLP −0.1, time 0.1×
 
 
