@@ -74,8 +74,11 @@ SVGP_STEPS = 2000
 BAYESIAN = ("svbssgp", "vssgp", "svbssgp_collapsed", "vssgp_collapsed", "ssgp_svi", "tan_va")
 OURS = ("ssgp", *BAYESIAN)  # ssgp: type-II (Lázaro-Gredilla et al. 2010), shown for reference
 TARGETS = {"nmse_ratio": 1.0, "mnlp_above": 0.02, "time_ratio": 0.5}
-# An entry whose every step sees every row costs about steps × paths × n × (2m)² per fit; above
-# this it is recorded as skipped, not run. On one thread of the machine the tables come from that
+# What one fit of an entry that sees every row at every step costs, by how the fit iterates: SVI or
+# type-II steps over the (2m)² Gram matrix, or NCVMP iterations over the expected Gram matrix's
+# pair terms (Tan et al. 2016, App. A).
+COST_FORMULA = {"steps": "steps × paths × n × (2m)²", "ncvmp": "iterations × n × m² × d²"}
+# Above this an entry is recorded as skipped, not run. On one thread of the machine the tables come from that
 # is ten to forty minutes: the collapsed entries at m = 100 ran 1e10 a second (kin40k's 4,500-row
 # subsample, 6,000 steps, 1.1e12: 109 s), the type-II ssgp at m = 20, whose features cost more
 # beside its small Gram matrix, 2.4e9 (AIRLINE 100k, 4.6e11: 189 s).
@@ -132,11 +135,10 @@ def run_peer(name: str, ds, *, large: bool, quick: bool, seed: int) -> dict:
     return out
 
 
-def full_batch_cost(entry, n: int, d: int) -> float | None:
-    """steps × paths × n × (2m)² of an entry that sees every row at every step (None for the
-    partition-sampled ones, whose steps do not grow with n). NCVMP's iterations (at most
-    ``max_iter`` + ``restarts`` × ``restart_iters``) each cost n × m² × d²: the expected Gram
-    matrix's pair terms (Tan et al. 2016, App. A)."""
+def full_batch_cost(entry, n: int, d: int) -> tuple[float, str] | None:
+    """The cost of an entry that sees every row at every step and the ``COST_FORMULA`` it follows
+    (None for the partition-sampled ones, whose steps do not grow with n). NCVMP runs at most
+    ``max_iter`` + ``restarts`` × ``restart_iters`` iterations."""
     cfg = entry.config
     if cfg.get("partitions", {}).get("per_step", 0) > 0:
         return None
@@ -144,8 +146,8 @@ def full_batch_cost(entry, n: int, d: int) -> float | None:
     mc, m = cfg["inference"][method], cfg["model"]["m"]
     if method == "ncvmp":
         iters = mc["max_iter"] + mc["restarts"] * mc["restart_iters"]
-        return float(iters * n * m**2 * d**2)
-    return float(mc["steps"] * mc.get("paths", 1) * n * (2 * m) ** 2)
+        return float(iters * n * m**2 * d**2), COST_FORMULA["ncvmp"]
+    return float(mc["steps"] * mc.get("paths", 1) * n * (2 * m) ** 2), COST_FORMULA["steps"]
 
 
 def run_ours(name: str, ds, *, quick: bool, seed: int) -> dict:
@@ -155,10 +157,8 @@ def run_ours(name: str, ds, *, quick: bool, seed: int) -> dict:
     if overrides:
         entry = entry.with_overrides(overrides)
     cost = full_batch_cost(entry, ds.n_train, ds.n_features)
-    if cost is not None and cost > FULL_BATCH_MAX:
-        what = "iterations × n × m² × d²" if "ncvmp" in entry.config["inference"] \
-            else "steps × paths × n × (2m)²"
-        return {"skipped": f"every step sees all {ds.n_train} rows: {what} = {cost:.2g} > "
+    if cost is not None and cost[0] > FULL_BATCH_MAX:
+        return {"skipped": f"every step sees all {ds.n_train} rows: {cost[1]} = {cost[0]:.2g} > "
                            f"{FULL_BATCH_MAX:.0e}"}
     t = time.perf_counter()
     post = pipeline.fit(entry, ds, None, seed=seed, progress=False)
@@ -237,8 +237,6 @@ def summarise(records: list[dict]) -> dict:
                 summ["svgp_rmse_at_equal_time"] = at_time(svgp["trajectory"], best["fit_seconds"], "rmse")
                 summ["rmse"] = best["rmse"]
         summ["meets"] = _meets(best, best_nmse, best_mnlp, svgp)
-        done = {r["method"] for r in records if r["set"] == s}
-        summ["not_measured"] = [m for m in (*PEERS, *OURS) if m not in done]
         # the best entry by NMSE may be slow: which Bayesian entries meet all three targets
         summ["all_three"] = sorted(r["method"] for r in ours
                                    if all(_meets(r, best_nmse, best_mnlp, svgp).values()))
@@ -246,12 +244,19 @@ def summarise(records: list[dict]) -> dict:
     return out
 
 
+def not_measured(records: list[dict]) -> dict:
+    """Per set, the methods without a record yet (a skipped or failed fit is a record)."""
+    done = {(r["set"], r["method"]) for r in records}
+    out = {s: [m for m in (*PEERS, *OURS) if (s, m) not in done] for s in SETS}
+    return {s: missing for s, missing in out.items() if missing}
+
+
 def gather(out: Path) -> dict:
     records = [json.loads(p.read_text()) for p in sorted(out.glob("*/*.json"))]
     records.sort(key=lambda r: (list(SETS).index(r["set"]) if r["set"] in SETS else 99, r["method"]))
     return {"format": 1, "machine": machine(), "targets": TARGETS, "full_batch_max": FULL_BATCH_MAX,
-            "records": records,
-            "summary": summarise(records)}
+            "cost_formula": COST_FORMULA, "records": records, "summary": summarise(records),
+            "not_measured": not_measured(records)}
 
 
 def main(argv=None) -> int:

@@ -87,14 +87,14 @@ PEERS_FIGURE = "peers-nmse-time.png"
 def peers() -> str:
     """reports/peers/peers.json (benchmarks/peers.py): the targets per set, then every method."""
     doc = _peers_doc()
-    t = doc["targets"]
+    t, cost = doc["targets"], doc["cost_formula"]
     out = [f"Targets: this project's best Bayesian entry has test NMSE ≤ {t['nmse_ratio']:g}× the "
            f"best peer's and MNLP ≤ the best peer's + {t['mnlp_above']:g}, at ≤ {t['time_ratio']:g}× "
            "the GPyTorch SVGP's fit time. Machine: "
            f"{doc['machine']['cpus']} CPUs, one thread per library. An entry whose every step "
-           "sees every training row is recorded as skipped where steps × paths × n × (2m)² (NCVMP: "
-           "iterations × n × m² × d²) exceeds "
-           f"{doc.get('full_batch_max', float('inf')):.1e} (ten to forty minutes on one thread).", "",
+           f"sees every training row is recorded as skipped where {cost['steps']} (NCVMP: "
+           f"{cost['ncvmp']}) exceeds {doc['full_batch_max']:.1e} (ten to forty minutes on one "
+           "thread).", "",
            "| set | best peer NMSE | best peer MNLP | best Bayesian entry | NMSE (ratio) | "
            "MNLP (− best peer) | fit s (× SVGP) | targets met | entries meeting all three |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -106,10 +106,9 @@ def peers() -> str:
                    f"{s['nmse']:.4g} ({s['nmse_ratio']:.2f}×) | {s['mnlp']:.3f} "
                    f"({s['mnlp_above_best']:+.3f}) | {s['fit_seconds']:.1f}{tr} | {met} | "
                    f"{', '.join(f'`{e}`' for e in s.get('all_three', [])) or 'none'} |")
-    missing = {k: s["not_measured"] for k, s in doc["summary"].items() if s.get("not_measured")}
-    if missing:
+    if doc["not_measured"]:
         out += ["", "Not measured yet (the run resumes from the records there): " + "; ".join(
-            f"{k}: {', '.join(v)}" for k, v in missing.items()) + "."]
+            f"{k}: {', '.join(v)}" for k, v in doc["not_measured"].items()) + "."]
     eq = {k: s for k, s in doc["summary"].items() if s.get("svgp_rmse_at_equal_time") is not None}
     if eq:
         out += ["", "On the large sets, the best Bayesian entry's test RMSE against the GPyTorch "
@@ -120,7 +119,7 @@ def peers() -> str:
         for name, s in eq.items():
             out.append(f"| {name} | `{s['best_bayesian']}` | {s['rmse']:.4g} | "
                        f"{s['svgp_rmse_at_equal_time']:.4g} | "
-                       f"{s['fit_seconds'] + s.get('predict_seconds', 0.0):.1f} |")
+                       f"{s['fit_seconds'] + s['predict_seconds']:.1f} |")
     out += ["", f"![Test NMSE against fit time]({PEERS_FIGURE})", "",
             "| set | n train | method | NMSE | MNLP | 90% coverage | fit s | predict s |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -38,9 +38,10 @@ def test_summary_ratios_and_targets_from_records():
             {"set": "pendulum", "method": "svbssgp", "kind": "ours", "bayesian": True,
              "nmse": 0.40, "mnlp": 1.40, "rmse": 2.5, "fit_seconds": 1.0, "predict_seconds": 0.5},
         ]
-        print(json.dumps(peers.summarise(recs)))
+        print(json.dumps([peers.summarise(recs), peers.not_measured(recs)]))
     """)
-    s = json.loads(out)["pendulum"]
+    summary, missing = json.loads(out)
+    s = summary["pendulum"]
     # the type-II ssgp is not Bayesian: the best Bayesian entry by NMSE is vssgp_collapsed
     assert s["best_bayesian"] == "vssgp_collapsed"
     assert s["best_peer_nmse"] == ["sklearn_exact", 0.25] and s["best_peer_mnlp"] == ["sklearn_exact", 1.5]
@@ -49,7 +50,9 @@ def test_summary_ratios_and_targets_from_records():
     assert s["svgp_rmse_at_equal_time"] == 2.0  # the trajectory's last point reached by 4.5 s
     assert s["meets"] == {"nmse": True, "mnlp": True, "time": True}
     assert s["predict_seconds"] == 0.5
-    assert s["not_measured"] == ["gpjax_svgp", "vssgp", "svbssgp_collapsed", "ssgp_svi", "tan_va"]
+    assert missing["pendulum"] == ["gpjax_svgp", "vssgp", "svbssgp_collapsed", "ssgp_svi", "tan_va"]
+    # a set with no record at all is listed whole, though it has no summary
+    assert "yacht" not in summary and len(missing["yacht"]) == 10
     assert s["all_three"] == ["vssgp_collapsed"]  # svbssgp: NMSE 1.6×, MNLP −0.1, time 0.1×
 
 
@@ -96,8 +99,9 @@ def test_peers_quick_run_writes_records_and_resumes(tmp_path):
 
 
 def test_full_batch_cost_and_the_entries_it_skips(tmp_path):
-    """steps × paths × n × (2m)² from each entry's own settings; an entry above the budget is
-    recorded as skipped with the figure, and the summary passes over it."""
+    """steps × paths × n × (2m)² (NCVMP: iterations × n × m² × d²) from each entry's own settings;
+    an entry above the budget is recorded as skipped with the figure and its formula, and the
+    summary passes over it."""
     out = _python(f"""
         import json, peers
         from ssgp_ppl.entry import load_entry
@@ -110,12 +114,14 @@ def test_full_batch_cost_and_the_entries_it_skips(tmp_path):
     doc = json.loads(out)
     cost = doc["cost"]
     assert cost["svbssgp"] is None and cost["vssgp"] is None  # partition-sampled: a of p blocks
-    assert cost["svbssgp_collapsed"] == 6000 * 1000 * 100**2  # 6,000 steps, m = 50
-    assert cost["ssgp_svi"] == 8000 * 8 * 1000 * 20**2  # 8,000 steps, 8 paths, m = 10
-    assert cost["ssgp"] == 3000 * 1000 * 40**2
-    assert cost["tan_va"] == (500 + 10 * 2) * 1000 * 20**2 * 8**2  # iterations × n × m² × d²
+    steps, ncvmp = "steps × paths × n × (2m)²", "iterations × n × m² × d²"
+    assert cost["svbssgp_collapsed"] == [6000 * 1000 * 100**2, steps]  # 6,000 steps, m = 50
+    assert cost["ssgp_svi"] == [8000 * 8 * 1000 * 20**2, steps]  # 8,000 steps, 8 paths, m = 10
+    assert cost["ssgp"] == [3000 * 1000 * 40**2, steps]
+    assert cost["tan_va"] == [(500 + 10 * 2) * 1000 * 20**2 * 8**2, ncvmp]  # max_iter + 10 × 2
     rec = doc["rec"]  # pendulum, 315 rows: 6000 × 315 × 100² = 1.9e10 > 1e9
-    assert "nmse" not in rec and rec["skipped"].startswith("every step sees all 315 rows")
+    assert "nmse" not in rec
+    assert rec["skipped"].startswith(f"every step sees all 315 rows: {steps} = ")
     assert "1.9e+10" in rec["skipped"] and doc["summary"] == {}
     assert json.loads((tmp_path / "pendulum" / "vssgp_collapsed.json").read_text()) == rec
 
