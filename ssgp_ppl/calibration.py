@@ -163,22 +163,38 @@ def nuts_health(dt: xr.DataTree) -> dict:
 
 
 def _nuts_health(dt):
-    from arviz_stats import bfmi, ess, rhat
+    from arviz_stats import bfmi
 
-    inv = dt["invariants"].to_dataset()
-    varying = [v for v in inv.data_vars if varies(inv[v])]
-    out: dict = {"divergences": int(dt["sample_stats"]["diverging"].sum()), "rhat_max": {},
-                 "ess_bulk_min": {}, "ess_tail_min": {}}
+    out: dict = {"divergences": int(dt["sample_stats"]["diverging"].sum())}
     energy = dt["sample_stats"]["energy"]
     out["bfmi"] = [float(b) for b in np.atleast_1d(np.asarray(bfmi(energy)))]
-    if not varying:  # nothing sampled varies (cannot happen for a latent model; be explicit)
+    out.update(invariant_diagnostics(dt["invariants"].to_dataset()))
+    if not out["rhat_max"]:  # nothing sampled varies (cannot happen for a latent model)
         out["converged"] = False
         return out
-    r = rhat(inv[varying], method="rank")
-    eb = ess(inv[varying], method="bulk")
-    et = ess(inv[varying], method="tail")
-    # worst over the components that vary (k(0) = σ² is constant under a type-II σ); NaN on a
-    # varying component (a stuck chain) propagates: it must not pass as converged
+    rh = np.array(list(out["rhat_max"].values()) or [1.0])
+    es = np.array(list(out["ess_bulk_min"].values()) + list(out["ess_tail_min"].values()) or [np.inf])
+    out["converged"] = bool(np.all(rh < 1.01) and np.all(es >= 400) and out["divergences"] == 0
+                            and np.all(np.asarray(out["bfmi"]) >= 0.3))  # NaN compares False
+    return out
+
+
+def invariant_diagnostics(inv: xr.Dataset) -> dict:
+    """Worst rank R-hat and smallest bulk / tail ESS (``arviz_stats``) of each invariant quantity
+    of ``inv`` (chain, draw, ...), over its components that vary (k(0) = σ² is constant under a
+    type-II σ); NaN on a varying component (a stuck chain) propagates: it must not pass."""
+    from arviz_stats import ess, rhat
+
+    out: dict = {"rhat_max": {}, "ess_bulk_min": {}, "ess_tail_min": {}}
+    varying = [v for v in inv.data_vars if varies(inv[v])]
+    if not varying:
+        return out
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # a stuck chain: zero variance
+        r = rhat(inv[varying], method="rank")
+        eb = ess(inv[varying], method="bulk")
+        et = ess(inv[varying], method="tail")
+
     def worst(stat, v, reduce):
         mask = np.array([varies(c) for c in np.moveaxis(
             np.asarray(inv[v]).reshape(inv[v].shape[:2] + (-1,)), -1, 0)])
@@ -187,10 +203,6 @@ def _nuts_health(dt):
     out["rhat_max"] = {v: worst(r, v, np.max) for v in varying}
     out["ess_bulk_min"] = {v: worst(eb, v, np.min) for v in varying}
     out["ess_tail_min"] = {v: worst(et, v, np.min) for v in varying}
-    rh = np.array(list(out["rhat_max"].values()) or [1.0])
-    es = np.array(list(out["ess_bulk_min"].values()) + list(out["ess_tail_min"].values()) or [np.inf])
-    out["converged"] = bool(np.all(rh < 1.01) and np.all(es >= 400) and out["divergences"] == 0
-                            and np.all(np.asarray(out["bfmi"]) >= 0.3))  # NaN compares False
     return out
 
 

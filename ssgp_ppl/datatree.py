@@ -122,7 +122,8 @@ def assemble(*, sites: dict | None, chains: int, data, mean_f, var_f,
         groups["log_likelihood"] = {"y": loglik.reshape(chains, -1, loglik.shape[-1])}
         groups["posterior_predictive"] = {"y": y_rep.reshape(chains, -1, y_rep.shape[-1])}
     if log_p is not None:
-        groups["sample_stats"] = by_chain({"lp": log_p, "log_q": log_q}, chains)
+        stats = {"lp": log_p} if log_q is None else {"lp": log_p, "log_q": log_q}
+        groups["sample_stats"] = by_chain(stats, chains)
     dt = from_dict(groups, dims=DIMS, pred_dims=DIMS)
     if sites is not None and "frequencies" in sites:
         none = mean_f is None  # no test inputs: no f_test

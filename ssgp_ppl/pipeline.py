@@ -145,8 +145,9 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
         dt["loo_log_weights"] = xr.DataTree(vi_loo_weights(dt))
     datatree.label_units(dt)
     # what the posterior group's draws are: LOO and compare treat them accordingly
+    sampler = post.sample_stats is not None or post.log_p is not None  # not VI: a sampler's lp
     dt.attrs["draws"] = ("variational approximation q" if vi else "posterior sampler"
-                         if post.sample_stats is not None else "none (point estimate)"
+                         if sampler else "none (point estimate)"
                          if not flat else "approximate (no log density)")
     dt.attrs.update(model=post.model, method=post.method, dataset=data.name,
                     inputs=list(data.feature_names), target=data.target_name)

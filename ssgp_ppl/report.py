@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ssgp_ppl import invariants, methods
+from ssgp_ppl import gold, invariants, methods
 from ssgp_ppl.calibration import (
     LOG_DENSITY_SPREAD,
     LOG_EVIDENCE_SPREAD,
@@ -102,6 +102,8 @@ def _reference_label(records: list[dict]) -> str:
     if not ref:
         return ""
     d = ref[0]["reference"]
+    if d.get("source") == "gold":
+        return d["label"]
     name = ref[0]["method"]
     return name if d["converged"] else f"{name} (NOT CONVERGED, {d['modes']} modes)"
 
@@ -341,14 +343,40 @@ def _evaluate_record(r, label: str, data: Dataset, y_test, readings: dict) -> di
     return rec
 
 
+def _gold_record(g, post: Posterior) -> dict:
+    """The reference record of a stored gold reference: its stored verdict, provenance and the
+    label the tables use."""
+    d = dict(g.verdict)
+    p = g.provenance
+    d.update(source="gold", label=g.label(), computed=p["computed"], wall_seconds=p["wall_seconds"],
+             settings=p["settings"], machine=p["machine"], package_version=p["package_version"],
+             folder=g.path.name, entry=p["entry"])
+    return d
+
+
+def _reference_fit(entry, data, method, *, seed, progress, handoff, fresh, gold_root):
+    """(posterior, gold): the stored gold reference matching this comparison's target unless
+    ``fresh`` (:func:`ssgp_ppl.gold.find`), else the reference fitted on the fly."""
+    g = None if fresh else gold.find(entry, data, handoff, root=gold_root)
+    if g is None:
+        return fit(entry, data, method, seed=seed, progress=progress, inputs=handoff), None
+    with step(f"{method}: {g.label()} ({g.path.name})", progress):
+        return evaluate(g.posterior(), data, seed=seed), g
+
+
 def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
-            progress: bool = True) -> list[dict]:
+            progress: bool = True, fresh_reference: bool = False,
+            gold_root: Path | None = None) -> list[dict]:
     """Fit every method of ``entry`` (plus the reference where possible) on one split, write the
     report.
 
     Per method: the ``fit`` metrics, the coverage curve (10%..90%), PSIS-LOO (importance-
     corrected for VI draws), and for VI methods the posterior comparison with the reference on
     the invariant quantities; for the reference its verdict and modes. Returns the per-method records.
+
+    The reference is the stored gold reference of this target where there is one
+    (:mod:`ssgp_ppl.gold`; ``gold_root`` overrides where they are looked up), unless
+    ``fresh_reference``; otherwise it is computed here, on the entry's own budget.
     """
     lik = entry.config["model"]["likelihood"]
     if lik != "gaussian":
@@ -363,7 +391,12 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     handoff = Handoff(partitions=partitions)
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
     for i, method in enumerate(methods_to_run(entry, data.n_train)):
-        res = fit(entry, data, method, seed=seed, progress=progress, inputs=handoff)
+        g = None
+        if methods.get(method).reference:
+            res, g = _reference_fit(entry, data, method, seed=seed, progress=progress,
+                                    handoff=handoff, fresh=fresh_reference, gold_root=gold_root)
+        else:
+            res = fit(entry, data, method, seed=seed, progress=progress, inputs=handoff)
         if i == 0:
             handoff = Handoff(res.handoff.type2, res.handoff.spectral_points, partitions)
         runs = [(method, res)]
@@ -379,7 +412,8 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             with step(f"{label}: coverage and PSIS-LOO", progress):
                 rec = _evaluate_record(r, label, data, y_test, readings)
             if r is res and methods.get(method).reference:
-                rec["reference"] = reference_health(r.datatree, r.info)
+                rec["reference"] = _gold_record(g, r) if g is not None else \
+                    reference_health(r.datatree, r.info)
             if r.info.paths:
                 rec["paths"] = paths_record(r)
             results.append(r)
@@ -410,6 +444,36 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
         page = _html(entry, data, seed, records, results, ref_label, readings)
     write_text_atomic(out / "report.html", page)
     return records
+
+
+def _gold_html(d: dict) -> list[str]:
+    """The gold reference's section: its verdict and reasons, provenance, per-run agreement
+    (log evidence, test MNLP), the importance-sampling check and the invariants' diagnostics."""
+    status = "CONVERGED" if d["converged"] else "NOT CONVERGED: " + "; ".join(d["reasons"])
+    st = d["settings"]
+    isc = d.get("is_check")
+    flat = {"runs": d["runs"], "particles a run": st["particles"],
+            "HMC moves a temperature": st["mcmc_steps"], "draws kept a run": st["draws_per_run"],
+            "log Ẑ mean ± se": f"{d['log_evidence_mean']:.2f} ± {d['log_evidence_se']:.2f}",
+            "log Ẑ sd": d["log_evidence_sd"],
+            "log Z by importance sampling": "not computed" if isc is None else
+            f"{isc['log_z']:.2f} ± {isc['se']:.2f} (k̂ {isc['khat']:.2f})",
+            "pooled test MNLP": d["pooled_nlpd"], "largest run gap": d["nlpd_max_gap"],
+            "computed": d["computed"], "wall time (min)": d["wall_seconds"] / 60,
+            "package": d["package_version"]}
+    per_run = [{"run": k, "log Ẑ": d["log_evidence"][k], "test MNLP": d["run_nlpd"][k],
+                "temperatures": d["temperatures"][k], "mode": d["chain_mode"][k]}
+               for k in range(d["runs"])]
+    health = [{"quantity": q, "rhat_max": d["rhat_max"][q], "ess_bulk_min": d["ess_bulk_min"][q],
+               "ess_tail_min": d["ess_tail_min"][q]} for q in d["rhat_max"]]
+    return [f"<h2>Reference: {html.escape(d['label'])}</h2>",
+            f"<p><b>{html.escape(status)}</b>. A gold reference is computed once with a large "
+            "budget (independent tempered-SMC runs from the prior, each one chain here), checked "
+            "run against run, stored with the package and reused; nothing of it is recomputed by "
+            f"this comparison (<code>--fresh-reference</code> does). {html.escape(gold.criteria_text())}"
+            f" Stored as <code>{html.escape(d['folder'])}</code>.</p>",
+            _table([flat], list(flat)), _table(per_run, list(per_run[0])),
+            _table(health, list(health[0])) if health else ""]
 
 
 def _html(entry, data, seed, records, results, ref_label, readings) -> str:
@@ -449,7 +513,10 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
                       "</p>",
                       _table(tab, list(tab[0]))]
     refs = [r for r in records if "reference" in r]
-    if refs:
+    if refs and refs[0]["reference"].get("source") == "gold":
+        d = refs[0]["reference"]
+        parts += _gold_html(d)
+    if refs and refs[0]["reference"].get("source") != "gold":
         d = refs[0]["reference"]
         status = "converged" if d["converged"] else (
             "NOT CONVERGED: " + "; ".join(d["reasons"]) + ". Every comparison with it below is "
@@ -476,6 +543,8 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
                   "so their shares estimate the modes' posterior mass.</p>",
                   _table([flat], list(flat))] + ([_table(health, list(health[0]))] if health else [])
         parts += ["<h3>Modes</h3>", _table(modes, list(modes[0]))]
+    if refs:
+        d = refs[0]["reference"]
         if entry.learned_sites:
             parts.append("<p>Empirical-Bayes reference: it conditions on the type-II "
                          f"hyperparameters estimated by {html.escape(entry.methods[0])}.</p>")

@@ -163,3 +163,38 @@ class SMCMethod(PosteriorSampler):
 
 
 SMC = SMCMethod()
+
+
+def runs_posterior(entry, data, runs, *, seed: int = 0, inputs=None, draws_per_run: int | None = None,
+                   info: FitInfo | None = None) -> tuple[Posterior, np.ndarray]:
+    """(posterior, log density): independent tempered-SMC ``runs`` of ``entry``'s reference target
+    on ``data`` (:func:`~ssgp_ppl.smc.tempered_smc_runs` of :func:`target_model`) as one posterior,
+    each run one chain of ``draws_per_run`` particles (a seeded subset, default all), s drawn from
+    its exact conditional where it was integrated out; the log density is log p(z, y) of each kept
+    particle, (runs, draws)."""
+    from ssgp_ppl.smc import potentials
+
+    spec = common.spec_for(entry, data, inputs)
+    type2 = None if inputs is None else inputs.type2
+    model, collapsed = target_model(entry, spec, type2, True)
+    x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+    rng = np.random.default_rng(seed)
+    n = min(len(r.positions) for r in runs) if draws_per_run is None else draws_per_run
+    keep = [rng.permutation(len(r.positions))[:n] for r in runs]  # shuffled: no ancestor order
+    log_prior = potentials(model, x, y)[0]
+    lp = np.stack([np.asarray(jax.vmap(log_prior)(jnp.asarray(r.positions[k]))) + r.log_likelihood[k]
+                   for r, k in zip(runs, keep, strict=True)])
+    draws = {name: jnp.asarray(np.concatenate([np.asarray(r.samples[name])[k]
+                                               for r, k in zip(runs, keep, strict=True)]))
+             for name in runs[0].samples}
+    sites = site_values(model, {}, draws, x[:1])
+    if collapsed:
+        sites = common.with_nuisance(sites, x, y, seed, spec)
+    sites = {k: np.asarray(v) for k, v in sites.items()}
+    partitions = common.partitions_for(entry, data, inputs, seed)
+    learned = spec.learned_sites()
+    kept = None if not learned else {k: np.asarray(type2[k]) for k in learned}
+    post = Posterior(entry, SMC.name, data.name, common.by_chain(sites, len(runs)),
+                     common.site_rule(entry, sites, data, partitions), data.x_scaler, data.y_scaler,
+                     info or FitInfo(), log_p=lp, handoff=Handoff(type2=kept, partitions=partitions))
+    return post, lp

@@ -1,0 +1,153 @@
+"""Compute, validate and store the gold-standard references (:mod:`ssgp_ppl.gold`).
+
+For each target (a fully Bayesian catalog entry × a bundled data set), K independent tempered-SMC
+runs of the entry's reference target, each from the prior with its own seed, in groups of runs
+vmapped in one jit; every finished group is checkpointed (``--checkpoints``, one ``.npz`` a run,
+written atomically), so a computation can span several sittings: run the same command again and
+it continues. When all K runs are there, the pooled posterior (each run one chain, thinned to
+``--draws`` a run), each run's test MNLP, the importance-sampling check of log Z and the verdict
+(:func:`ssgp_ppl.gold.verdict`) are computed and the reference is stored under
+``ssgp_ppl/references/v<format>/`` with its provenance.
+
+    python benchmarks/gold_references.py                      # every target, default budget
+    python benchmarks/gold_references.py --only tan_va:pendulum --particles 512 --max-minutes 50
+
+Float64 throughout (the Tan posterior has |corr| up to 0.998).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+# the targets and their budgets (particles × HMC moves a temperature; vmapped runs a group)
+TARGETS = {
+    "tan_va:pendulum": {"particles": 512, "mcmc_steps": 20},
+    "tan_va:autompg": {"particles": 512, "mcmc_steps": 20},
+    "tan_va_svi:pendulum": {"particles": 512, "mcmc_steps": 20},
+    "tan_va_svi:autompg": {"particles": 512, "mcmc_steps": 20},
+    "ssgp_svi:pendulum": {"particles": 512, "mcmc_steps": 20},
+    "ssgp_svi:autompg": {"particles": 512, "mcmc_steps": 20},
+}
+RUNS = 4
+DRAWS_PER_RUN = 500  # kept per run in the stored posterior
+SEED = 0
+IS_DRAWS = 60_000
+
+
+def _write_npz(path: Path, **arrays) -> None:
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _load_run(path: Path):
+    from ssgp_ppl.smc import SMCResult
+
+    with np.load(path) as z:
+        samples = {k[len("sample_"):]: z[k] for k in z.files if k.startswith("sample_")}
+        return SMCResult(z["positions"], samples, float(z["log_evidence"]), int(z["temperatures"]),
+                         float(z["acceptance"]), z["log_likelihood"], float(z["seconds"]), None)
+
+
+def compute(target: str, *, runs: int, group: int, particles: int, mcmc_steps: int,
+            checkpoints: Path, deadline: float, draws: int, progress: bool = True) -> dict | None:
+    """One target: run what is missing, then validate and store. None when the deadline stopped
+    it before every run was done (the finished runs are checkpointed)."""
+    import jax.numpy as jnp
+
+    from ssgp_ppl import gold, methods
+    from ssgp_ppl.datasets import load
+    from ssgp_ppl.entry import load_entry
+    from ssgp_ppl.methods import common
+    from ssgp_ppl.methods.smc import SMC_SEED_OFFSET, target_model
+    from ssgp_ppl.pipeline import prerequisites
+    from ssgp_ppl.smc import tempered_smc_runs
+
+    name, dataset = target.split(":")
+    entry = load_entry(name)
+    data = load(dataset, x_scaling=entry.config["data"]["x_scaling"])
+    ref = methods.reference()
+    handoff = prerequisites(entry, data, ref, seed=SEED, progress=progress)
+    key = gold.target_key(entry, data, handoff)
+    h = gold.target_hash(key)
+    for g in gold.stored():
+        if g.provenance["target_hash"] == h and g.provenance["runs"] >= runs and \
+                g.provenance["settings"]["particles"] >= particles:
+            print(f"{target}: stored already as {g.path.name}", file=sys.stderr)
+            return g.provenance
+    ck = checkpoints / h
+    ck.mkdir(parents=True, exist_ok=True)
+    spec = common.spec_for(entry, data, handoff)
+    model, _ = target_model(entry, spec, handoff.type2, True)
+    x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+    done = {k for k in range(runs) if (ck / f"run_{k}.npz").exists()}
+    while len(done) < runs:
+        if time.time() > deadline:
+            print(f"{target}: {len(done)}/{runs} runs done; run again to continue", file=sys.stderr)
+            return None
+        todo = [k for k in range(runs) if k not in done][:group]
+        t0 = time.perf_counter()
+        # a group's runs split the key of its first run's seed (the group size is recorded)
+        res = tempered_smc_runs(model, x, y, runs=len(todo), particles=particles,
+                                mcmc_steps=mcmc_steps,
+                                seed=SEED + SMC_SEED_OFFSET + 1000 * todo[0])
+        for k, r in zip(todo, res, strict=True):
+            _write_npz(ck / f"run_{k}.npz", positions=r.positions, log_evidence=r.log_evidence,
+                       temperatures=r.temperatures, acceptance=r.acceptance,
+                       log_likelihood=r.log_likelihood, seconds=r.seconds / len(todo),
+                       **{f"sample_{s}": v for s, v in r.samples.items()})
+            done.add(k)
+        print(f"{target}: runs {todo} in {time.perf_counter() - t0:.0f} s, log Z "
+              f"{[round(r.log_evidence, 2) for r in res]}", file=sys.stderr)
+    results = [_load_run(ck / f"run_{k}.npz") for k in range(runs)]
+    settings = {"particles": particles, "mcmc_steps": mcmc_steps, "group": group,
+                "draws_per_run": draws, "seed": SEED,
+                "run_seeds": [SEED + SMC_SEED_OFFSET + 1000 * (k - k % group) for k in range(runs)]}
+    g = gold.store(entry, data, handoff, results, settings=settings, seed=SEED, draws=draws,
+                   is_draws=IS_DRAWS, name=f"{name}-{dataset}")
+    v = g.verdict
+    print(f"{target}: {'CONVERGED' if v['converged'] else 'NOT CONVERGED: ' + '; '.join(v['reasons'])}"
+          f" ({g.provenance['wall_seconds'] / 60:.1f} min) -> {g.path}", file=sys.stderr)
+    return g.provenance
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="*", help="targets ENTRY:DATA (default: all)")
+    p.add_argument("--runs", type=int, default=RUNS)
+    p.add_argument("--group", type=int, default=2, help="runs vmapped in one jit")
+    p.add_argument("--particles", type=int)
+    p.add_argument("--mcmc-steps", type=int)
+    p.add_argument("--draws", type=int, default=DRAWS_PER_RUN)
+    p.add_argument("--checkpoints", default=str(ROOT / "runs" / "gold"))
+    p.add_argument("--max-minutes", type=float, default=float("inf"),
+                   help="start no new group of runs after this (the sitting's budget)")
+    args = p.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    deadline = time.time() + 60 * args.max_minutes
+    targets = args.only or list(TARGETS)
+    for t in targets:
+        if t not in TARGETS:
+            print(f"gold_references: unknown target {t!r} (known: {', '.join(TARGETS)})",
+                  file=sys.stderr)
+            return 2
+    for t in targets:
+        cfg = TARGETS[t]
+        compute(t, runs=args.runs, group=args.group,
+                particles=args.particles or cfg["particles"],
+                mcmc_steps=args.mcmc_steps or cfg["mcmc_steps"],
+                checkpoints=Path(args.checkpoints), deadline=deadline, draws=args.draws)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
