@@ -264,6 +264,10 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
     v = verdict(inv, run_nlpd=run_nlpd, pooled_nlpd=pooled.metrics["mnlp"],
                 log_z=[r.log_evidence for r in results], dim=dim, is_check=is_check)
     v.update(count_modes(inv, extra={"lp": lp}))
+    particles = settings.get("particles")
+    if particles and not v["log_evidence_sd"] <= LOG_Z_SD_MAX:
+        # var(log Ẑ) ∝ 1/N (Del Moral, Doucet & Jasra 2006): what would bring the sd to the bound
+        v["particles_needed"] = int(np.ceil(particles * (v["log_evidence_sd"] / LOG_Z_SD_MAX) ** 2))
     v["unique_fraction"] = [float(len(np.unique(r.positions, axis=0)) / len(r.positions))
                             for r in results]
     v["temperatures"] = [int(r.temperatures) for r in results]

@@ -450,6 +450,11 @@ def _gold_html(d: dict) -> list[str]:
     """The gold reference's section: its verdict and reasons, provenance, per-run agreement
     (log evidence, test MNLP), the importance-sampling check and the invariants' diagnostics."""
     status = "CONVERGED" if d["converged"] else "NOT CONVERGED: " + "; ".join(d["reasons"])
+    if "particles_needed" in d:
+        status += (f". By the 1/N variance of log Ẑ, about {d['particles_needed']:,} particles a "
+                   "run would be needed: not attainable with the budget it was computed on, and "
+                   "the comparison below is against the spread of its runs pooled with equal "
+                   "weights")
     st = d["settings"]
     isc = d.get("is_check")
     flat = {"runs": d["runs"], "particles a run": st["particles"],
