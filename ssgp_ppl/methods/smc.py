@@ -85,15 +85,18 @@ def _scalar_invariants(sites: dict) -> np.ndarray:
     return np.concatenate(cols, axis=1)
 
 
-def runs_agreement(invariant_runs: list[np.ndarray]) -> float:
+def runs_agreement(invariant_runs: list[np.ndarray], seed: int = 0) -> float:
     """Max rank R-hat over the scalar invariants with each SMC run's particles as one chain
-    (1 when the runs found the same distribution; NaN for a single run)."""
+    (1 when the runs found the same distribution; NaN for a single run). Each run's particles are
+    permuted first (seeded): resampling returns them in ancestor order, which R-hat would read as
+    a trend within the chain."""
     from arviz_stats import rhat
 
     if len(invariant_runs) < 2:
         return float("nan")
     n = min(len(a) for a in invariant_runs)
-    stacked = np.stack([a[:n] for a in invariant_runs])  # (runs, n, k)
+    rng = np.random.default_rng(seed)
+    stacked = np.stack([np.asarray(a)[rng.permutation(len(a))[:n]] for a in invariant_runs])
     vals = [float(rhat(stacked[..., j], method="rank")) for j in range(stacked.shape[-1])
             if np.ptp(stacked[..., j]) > 0]
     return float(np.max(vals)) if vals else 1.0  # NaN (a stuck run) propagates
@@ -152,7 +155,7 @@ class SMCMethod(PosteriorSampler):
                        log_evidence=tuple(r.log_evidence for r in runs),
                        temperatures=tuple(r.temperatures for r in runs),
                        smc_seconds=smc_seconds, particles=s.particles, collapsed=collapsed,
-                       runs_rhat=runs_agreement(inv))
+                       runs_rhat=runs_agreement(inv, seed))
         stats = from_numpyro(mcmc, dims=DIMS, log_likelihood=False)["sample_stats"].to_dataset()
         learned = spec.learned_sites()
         kept = None if not learned else {k: np.asarray(type2[k]) for k in learned}
