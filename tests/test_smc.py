@@ -163,3 +163,22 @@ def test_runs_agreement_ignores_ancestor_order():
         return draws[order[np.minimum(np.searchsorted(np.cumsum(weights[order]), u), n - 1)]]
 
     assert runs_agreement([resampled(), resampled()]) < 1.02
+
+
+def test_dense_inverse_mass_is_the_weighted_covariance(x64):
+    """The dense inverse mass is the weighted particles' covariance (plus a relative jitter), the
+    diagonal one its diagonal; 'auto' is dense for a small dimension; unknown kinds are refused."""
+    from ssgp_ppl.errors import SSGPError
+    from ssgp_ppl.smc import MASS_JITTER, inverse_mass, mass_kind
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(300, 3)) @ np.array([[1.0, 0.9, 0.0], [0.0, 0.4, 0.0], [0.0, 0.0, 2.0]])
+    w = rng.uniform(size=300)
+    want = np.cov(z.T, aweights=w, bias=True)
+    dense = np.asarray(inverse_mass(jnp.asarray(z), jnp.asarray(w), "dense"))
+    np.testing.assert_allclose(dense, want + MASS_JITTER * np.diag(np.diag(want)), rtol=1e-10)
+    diag = np.asarray(inverse_mass(jnp.asarray(z), jnp.asarray(w), "diag"))
+    np.testing.assert_allclose(diag, np.diag(want) * (1 + MASS_JITTER), rtol=1e-10)
+    assert mass_kind("auto", 11) == "dense" and mass_kind("diag", 11) == "diag"
+    with pytest.raises(SSGPError):
+        mass_kind("full", 3)

@@ -33,7 +33,7 @@ from ssgp_ppl.invariants import frequency_spread
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import PosteriorSampler, Settings, setting
 from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
-from ssgp_ppl.smc import tempered_smc_runs
+from ssgp_ppl.smc import DENSE_MASS_MAX_DIM, MASS_CHOICES, tempered_smc_runs
 
 SMC_SEED_OFFSET = 104_729  # the SMC runs' keys, apart from the polishing chains' (seed)
 
@@ -54,6 +54,10 @@ class SMCSettings(Settings):
     target_accept: float = setting((int, float), 0.9, "polishing NUTS target acceptance", low=0,
                                    high=1, open_low=True)
     max_tree_depth: int = setting(int, 10, "polishing NUTS maximum tree depth", low=1)
+    mass: str = setting(str, "auto", "HMC inverse mass from the weighted particles: their "
+                        "covariance (dense), their variances (diag), or auto: dense up to "
+                        f"{DENSE_MASS_MAX_DIM} dimensions, diagonal above",
+                        choices=MASS_CHOICES)
     collapse: bool = setting(bool, True, "integrate s out under the Gaussian likelihood and "
                              "draw it from its exact conditional afterwards")
 
@@ -128,7 +132,8 @@ class SMCMethod(PosteriorSampler):
         with status.step(what, progress):
             runs = tempered_smc_runs(model, x, y, runs=s.runs, particles=s.particles,
                                      mcmc_steps=s.mcmc_steps, integration_steps=s.integration_steps,
-                                     target_ess=s.target_ess, seed=seed + SMC_SEED_OFFSET)
+                                     target_ess=s.target_ess, seed=seed + SMC_SEED_OFFSET,
+                                     mass=s.mass)
         smc_seconds = time.perf_counter() - t0
         inv = [_scalar_invariants(site_values(model, {}, {k: jnp.asarray(v) for k, v in
                                                            r.samples.items()}, x[:1]))
