@@ -58,6 +58,8 @@ class SMCSettings(Settings):
                         "covariance (dense), their variances (diag), or auto: dense up to "
                         f"{DENSE_MASS_MAX_DIM} dimensions, diagonal above",
                         choices=MASS_CHOICES)
+    pilot: bool = setting(bool, True, "one adaptive pilot run first, whose temperatures, step "
+                          "sizes and masses the runs reuse (their log evidence unbiased)")
     collapse: bool = setting(bool, True, "integrate s out under the Gaussian likelihood and "
                              "draw it from its exact conditional afterwards")
 
@@ -128,12 +130,13 @@ class SMCMethod(PosteriorSampler):
         t0 = time.perf_counter()
         what = (f"{entry.name}: tempered SMC, {s.runs} run{'s' if s.runs > 1 else ''} × "
                 f"{s.particles} particles × {s.mcmc_steps} HMC moves a temperature, one compiled "
-                "run (then NUTS chains from its particles)")
+                f"run{' after a pilot run' if s.pilot else ''} (then NUTS chains from its "
+                "particles)")
         with status.step(what, progress):
             runs = tempered_smc_runs(model, x, y, runs=s.runs, particles=s.particles,
                                      mcmc_steps=s.mcmc_steps, integration_steps=s.integration_steps,
                                      target_ess=s.target_ess, seed=seed + SMC_SEED_OFFSET,
-                                     mass=s.mass)
+                                     mass=s.mass, pilot=s.pilot)
         smc_seconds = time.perf_counter() - t0
         inv = [_scalar_invariants(site_values(model, {}, {k: jnp.asarray(v) for k, v in
                                                            r.samples.items()}, x[:1]))
