@@ -33,7 +33,7 @@ from ssgp_ppl.invariants import frequency_spread
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import PosteriorSampler, Settings, setting
 from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
-from ssgp_ppl.smc import tempered_smc_runs
+from ssgp_ppl.smc import DENSE_MASS_MAX_DIM, MASS_CHOICES, tempered_smc_runs
 
 SMC_SEED_OFFSET = 104_729  # the SMC runs' keys, apart from the polishing chains' (seed)
 
@@ -54,6 +54,12 @@ class SMCSettings(Settings):
     target_accept: float = setting((int, float), 0.9, "polishing NUTS target acceptance", low=0,
                                    high=1, open_low=True)
     max_tree_depth: int = setting(int, 10, "polishing NUTS maximum tree depth", low=1)
+    mass: str = setting(str, "auto", "HMC inverse mass from the weighted particles: their "
+                        "covariance (dense), their variances (diag), or auto: dense up to "
+                        f"{DENSE_MASS_MAX_DIM} dimensions, diagonal above",
+                        choices=MASS_CHOICES)
+    pilot: bool = setting(bool, True, "one adaptive pilot run first, whose temperatures, step "
+                          "sizes and masses the runs reuse (their log evidence unbiased)")
     collapse: bool = setting(bool, True, "integrate s out under the Gaussian likelihood and "
                              "draw it from its exact conditional afterwards")
 
@@ -85,15 +91,18 @@ def _scalar_invariants(sites: dict) -> np.ndarray:
     return np.concatenate(cols, axis=1)
 
 
-def runs_agreement(invariant_runs: list[np.ndarray]) -> float:
+def runs_agreement(invariant_runs: list[np.ndarray], seed: int = 0) -> float:
     """Max rank R-hat over the scalar invariants with each SMC run's particles as one chain
-    (1 when the runs found the same distribution; NaN for a single run)."""
+    (1 when the runs found the same distribution; NaN for a single run). Each run's particles are
+    permuted first (seeded): resampling returns them in ancestor order, which R-hat would read as
+    a trend within the chain."""
     from arviz_stats import rhat
 
     if len(invariant_runs) < 2:
         return float("nan")
     n = min(len(a) for a in invariant_runs)
-    stacked = np.stack([a[:n] for a in invariant_runs])  # (runs, n, k)
+    rng = np.random.default_rng(seed)
+    stacked = np.stack([np.asarray(a)[rng.permutation(len(a))[:n]] for a in invariant_runs])
     vals = [float(rhat(stacked[..., j], method="rank")) for j in range(stacked.shape[-1])
             if np.ptp(stacked[..., j]) > 0]
     return float(np.max(vals)) if vals else 1.0  # NaN (a stuck run) propagates
@@ -121,11 +130,13 @@ class SMCMethod(PosteriorSampler):
         t0 = time.perf_counter()
         what = (f"{entry.name}: tempered SMC, {s.runs} run{'s' if s.runs > 1 else ''} × "
                 f"{s.particles} particles × {s.mcmc_steps} HMC moves a temperature, one compiled "
-                "run (then NUTS chains from its particles)")
+                f"run{' after a pilot run' if s.pilot else ''} (then NUTS chains from its "
+                "particles)")
         with status.step(what, progress):
             runs = tempered_smc_runs(model, x, y, runs=s.runs, particles=s.particles,
                                      mcmc_steps=s.mcmc_steps, integration_steps=s.integration_steps,
-                                     target_ess=s.target_ess, seed=seed + SMC_SEED_OFFSET)
+                                     target_ess=s.target_ess, seed=seed + SMC_SEED_OFFSET,
+                                     mass=s.mass, pilot=s.pilot)
         smc_seconds = time.perf_counter() - t0
         inv = [_scalar_invariants(site_values(model, {}, {k: jnp.asarray(v) for k, v in
                                                            r.samples.items()}, x[:1]))
@@ -152,7 +163,7 @@ class SMCMethod(PosteriorSampler):
                        log_evidence=tuple(r.log_evidence for r in runs),
                        temperatures=tuple(r.temperatures for r in runs),
                        smc_seconds=smc_seconds, particles=s.particles, collapsed=collapsed,
-                       runs_rhat=runs_agreement(inv))
+                       runs_rhat=runs_agreement(inv, seed))
         stats = from_numpyro(mcmc, dims=DIMS, log_likelihood=False)["sample_stats"].to_dataset()
         learned = spec.learned_sites()
         kept = None if not learned else {k: np.asarray(type2[k]) for k in learned}

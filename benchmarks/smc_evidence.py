@@ -1,0 +1,179 @@
+"""Bias of the tempered SMC log evidence: on the correlated 11-d Gaussian (exact log Z) per
+configuration (mass: diagonal, dense or the exact tempered covariance; HMC moves; target ESS;
+float width; adaptive vs a pilot run's temperatures, step sizes and masses), and on the
+Tan et al. 2016 model (``tan_va``) on pendulum against an importance sampling value; writes JSON.
+
+Each Gaussian record: mean, se and sd of log Ẑ − log Z over ``--seeds`` independent runs (one
+vectorised call) and its seconds. Each pendulum record: the runs' log Ẑ, their mean, se and sd
+of log Ẑ − (the importance sampling log Z), and the importance sampling value, its se and k̂.
+Records are merged into the file by (target, name).
+
+Usage: python benchmarks/smc_evidence.py [gaussian] [pendulum] [--seeds 20]
+       [--out reports/smc_evidence/smc_evidence.json] [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+OUT = Path("reports/smc_evidence/smc_evidence.json")
+BASE = {"mass": "diag", "particles": 256, "mcmc_steps": 20, "target_ess": 0.5, "x64": True,
+        "pilot": False}
+GAUSSIAN = {  # name: the settings that differ from BASE
+    "diag": {},
+    "dense": {"mass": "dense"},
+    "diag_pilot": {"pilot": True},
+    "dense_pilot": {"mass": "dense", "pilot": True},
+    "dense_exact": {"mass": "exact"},
+    "dense_exact_pilot": {"mass": "exact", "pilot": True},
+    "diag_steps5": {"mcmc_steps": 5},
+    "dense_steps5": {"mass": "dense", "mcmc_steps": 5},
+    "diag_steps50": {"mcmc_steps": 50},
+    "dense_steps50": {"mass": "dense", "mcmc_steps": 50},
+    "dense_ess0.8": {"mass": "dense", "target_ess": 0.8},
+    "dense_ess0.3": {"mass": "dense", "target_ess": 0.3},
+    "diag_f32": {"x64": False},
+    "dense_f32": {"mass": "dense", "x64": False},
+    "dense_p1024": {"mass": "dense", "particles": 1024},
+    "diag_p1024": {"particles": 1024},
+    "dense_ess0.8_pilot": {"mass": "dense", "target_ess": 0.8, "pilot": True},
+    "dense_steps5_pilot": {"mass": "dense", "mcmc_steps": 5, "pilot": True},
+    "dense_ess0.8_steps10": {"mass": "dense", "target_ess": 0.8, "mcmc_steps": 10},
+    "dense_ess0.8_steps10_pilot": {"mass": "dense", "target_ess": 0.8, "mcmc_steps": 10,
+                                   "pilot": True},
+}
+PENDULUM = {"diag": {"mass": "diag", "pilot": False}, "dense": {"mass": "dense", "pilot": False},
+            "diag_pilot": {"mass": "diag", "pilot": True},
+            "dense_pilot": {"mass": "dense", "pilot": True}}
+PENDULUM_RUNS = 4
+PENDULUM_PARTICLES = 128  # the tan_va entry's setting
+IS_DRAWS = 60_000
+
+
+def summary(errors: np.ndarray) -> dict:
+    e = np.asarray(errors, float)
+    return {"mean": float(e.mean()), "se": float(e.std(ddof=1) / math.sqrt(len(e))),
+            "sd": float(e.std(ddof=1)), "n": int(len(e))}
+
+
+def gaussian_record(name: str, cfg: dict, seeds: int) -> dict:
+    from ssgp_ppl.evidence import correlated_gaussian
+    from ssgp_ppl.smc import tempered_smc_runs
+
+    jax.config.update("jax_enable_x64", cfg["x64"])
+    target = correlated_gaussian(0)
+    dens = target.log_densities()
+    mass = target.tempered_cov if cfg["mass"] == "exact" else cfg["mass"]
+    kw = dict(particles=cfg["particles"], mcmc_steps=cfg["mcmc_steps"],
+              target_ess=cfg["target_ess"], mass=mass, log_densities=dens)
+    t0 = time.perf_counter()
+    runs = tempered_smc_runs(None, None, None, runs=seeds, seed=1, pilot=cfg["pilot"], **kw)
+    seconds = time.perf_counter() - t0
+    err = np.array([r.log_evidence for r in runs]) - target.log_z
+    return {"target": "gaussian", "name": name, **cfg, **summary(err), "seconds": seconds,
+            "log_z": target.log_z, "errors": err.tolist(),
+            "temperatures": float(np.mean([r.temperatures for r in runs])),
+            "acceptance": float(np.mean([r.acceptance for r in runs]))}
+
+
+def pendulum_target():
+    """(log prior, log likelihood, model, x, y) of the tan_va reference target on pendulum, as
+    the smc method builds it (entry's spectral set, s integrated out)."""
+    import jax.numpy as jnp
+
+    from ssgp_ppl.datasets import load
+    from ssgp_ppl.entry import load_entry
+    from ssgp_ppl.methods import common
+    from ssgp_ppl.methods.smc import SMC, target_model
+    from ssgp_ppl.smc import potentials
+
+    entry = load_entry("tan_va")
+    data = load("pendulum", x_scaling=entry.config["data"]["x_scaling"])
+    spec = common.spec_for(entry, data, None)
+    model, _ = target_model(entry, spec, None, SMC.settings(entry).collapse)
+    x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+    log_prior, log_lik, *_ = potentials(model, x, y)
+    return log_prior, log_lik, model, x, y
+
+
+def pendulum_records(names, seed: int = 0) -> list[dict]:
+    from ssgp_ppl.entry import load_entry
+    from ssgp_ppl.evidence import importance_log_evidence
+    from ssgp_ppl.methods.smc import SMC
+    from ssgp_ppl.smc import tempered_smc_runs
+
+    jax.config.update("jax_enable_x64", True)
+    log_prior, log_lik, model, x, y = pendulum_target()
+    steps = SMC.settings(load_entry("tan_va")).mcmc_steps
+    runs, secs = {}, {}
+    for name in names:
+        t0 = time.perf_counter()
+        runs[name] = tempered_smc_runs(model, x, y, runs=PENDULUM_RUNS,
+                                       particles=PENDULUM_PARTICLES, mcmc_steps=steps,
+                                       seed=seed, **PENDULUM[name])
+        secs[name] = time.perf_counter() - t0
+        print(name, [r.log_evidence for r in runs[name]], f"{secs[name]:.0f} s", flush=True)
+    pooled = np.concatenate([r.positions for rs in runs.values() for r in rs])
+    t0 = time.perf_counter()
+    is_z, is_se, khat = importance_log_evidence(log_prior, log_lik, pooled, draws=IS_DRAWS,
+                                                seed=seed)
+    is_seconds = time.perf_counter() - t0
+    print("IS", is_z, is_se, khat, f"{is_seconds:.0f} s", flush=True)
+    out = []
+    for name, rs in runs.items():
+        z = np.array([r.log_evidence for r in rs])
+        out.append({"target": "tan_va_pendulum", "name": name, **PENDULUM[name],
+                    "particles": PENDULUM_PARTICLES, "mcmc_steps": steps, "target_ess": 0.5,
+                    "x64": True, **summary(z - is_z), "seconds": secs[name],
+                    "log_z_runs": z.tolist(), "is_log_z": is_z, "is_se": is_se,
+                    "is_khat": khat, "is_draws": IS_DRAWS, "is_seconds": is_seconds,
+                    "is_particles": int(len(pooled)),
+                    "temperatures": [r.temperatures for r in rs]})
+    return out
+
+
+def merge(path: Path, records: list[dict]) -> None:
+    old = json.loads(path.read_text())["records"] if path.exists() else []
+    keys = {(r["target"], r["name"]) for r in records}
+    kept = [r for r in old if (r["target"], r["name"]) not in keys] + records
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
+                               "jax": jax.__version__, "records": kept}, indent=1))
+    tmp.replace(path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("parts", nargs="*", default=["gaussian", "pendulum"])
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--only", nargs="*")
+    args = ap.parse_args()
+    if "gaussian" in args.parts:
+        for name, diff in GAUSSIAN.items():
+            if args.only and name not in args.only:
+                continue
+            rec = gaussian_record(name, {**BASE, **diff}, args.seeds)
+            print(f"{name:16s} {rec['mean']:+.3f} ± {rec['se']:.3f}  sd {rec['sd']:.3f}  "
+                  f"{rec['seconds']:.0f} s  T {rec['temperatures']:.1f} acc "
+                  f"{rec['acceptance']:.2f}", flush=True)
+            merge(args.out, [rec])
+    if "pendulum" in args.parts:
+        names = [n for n in PENDULUM if not args.only or n in args.only]
+        merge(args.out, pendulum_records(names))
+
+
+if __name__ == "__main__":
+    main()
