@@ -108,6 +108,7 @@ def compute(target: str, *, runs: int, group: int, particles: int, mcmc_steps: i
               f"{[round(r.log_evidence, 2) for r in res]}", file=sys.stderr)
     results = [_load_run(ck / f"run_{k}.npz") for k in range(runs)]
     settings = {"particles": particles, "mcmc_steps": mcmc_steps, "group": group,
+                "mass": "auto (dense up to D = 50)", "pilot": "one adaptive pilot run a group",
                 "draws_per_run": draws, "seed": SEED,
                 "run_seeds": [SEED + SMC_SEED_OFFSET + 1000 * (k - k % group) for k in range(runs)]}
     g = gold.store(entry, data, handoff, results, settings=settings, seed=SEED, draws=draws,

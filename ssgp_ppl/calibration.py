@@ -107,6 +107,30 @@ def loo_summary(dt: xr.DataTree) -> tuple[dict, np.ndarray] | None:
             np.asarray(pit["y"]))
 
 
+def chain_loo(dt: xr.DataTree) -> list[float] | None:
+    """Each chain's own PSIS-LOO elpd (Σᵢ over the training rows; standardised units) from the
+    pointwise log-likelihood with s drawn (``log_likelihood``): a check, by another route, of the
+    score of each chain stacked as a path (:func:`ssgp_ppl.paths.path_loo`, s integrated out).
+    None without a pointwise log-likelihood or for VI draws."""
+    if not has_loo(dt) or is_vi(dt) or not _is_mcmc(dt):
+        return None
+    import arviz_stats  # noqa: F401  (registers the .azstats accessor)
+    from scipy.special import logsumexp
+
+    ll = dt["log_likelihood"]["y"].transpose("chain", "draw", ...)
+    out = []
+    for c in range(ll.sizes["chain"]):
+        one = ll.isel(chain=[c])
+        with warnings.catch_warnings():  # k̂ warnings: the LOO table reports k̂
+            warnings.simplefilter("ignore", UserWarning)
+            log_w, _ = one.azstats.psislw(dim=["chain", "draw"])
+        w = np.asarray(log_w.transpose(*one.dims)).reshape(one.sizes["draw"], -1)
+        v = np.asarray(one).reshape(one.sizes["draw"], -1)
+        w = w - logsumexp(w, axis=0)
+        out.append(float(logsumexp(w + v, axis=0).sum()))
+    return out
+
+
 PIT_BAND = 0.99  # the simultaneous band of the PIT Δ-ECDF plots and their reading
 
 

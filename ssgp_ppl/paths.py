@@ -6,16 +6,18 @@ joint with s integrated out (:func:`screened_starts`); NCVMP's paths fit Tan et 
 candidate spectral sets, each to convergence — and are combined (Yao, Vehtari & Gelman 2022):
 
 * ``stacking``: weights on the simplex maximising the leave-one-out log score of the mixture
-  (:func:`ssgp_ppl.stacking.stacking_weights`); each path's LOO predictive p(yᵢ | y₋ᵢ, path) is the
-  closed-form Gaussian one with s integrated out given θ (:func:`ssgp_ppl.predictive.loo_predictive`,
-  O(n m²) per draw), averaged over the path's draws of θ;
+  (:func:`ssgp_ppl.stacking.stacking_weights`); each path's LOO predictive p(yᵢ | y₋ᵢ, path) is
+  PSIS over the path's draws of the closed-form Gaussian p(yᵢ | y₋ᵢ, θ) with s integrated out
+  (:func:`ssgp_ppl.predictive.loo_predictive`, O(n m²) per draw), θ left out by the ratios
+  1 / p(yᵢ | y₋ᵢ, θ) (:func:`path_loo`): the same estimator for a VI run and a sampler's chain;
 * ``posterior``: weights ∝ exp(−final loss) of each path (its ELBO: the paths' evidence bounds);
 * ``best``: all weight on the path with the best LOO log score.
 
 The combined Posterior is the weighted mixture of the paths' draws: path k contributes a number
 of draws proportional to its weight (its draws cycled where it needs more than it has), so every
 downstream quantity (predict, scores, DataTree, invariants) is the mixture's. Its FitInfo carries
-the weights, each path's LOO score and objective; the DataTree's posterior has a ``path``
+the weights, each path's LOO score, its rows with an unreliable k̂, its final objective (a chain:
+minus its mean log density) and mean noise sd; the DataTree's posterior has a ``path``
 coordinate along ``draw``.
 """
 
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -91,11 +95,9 @@ def dispersed_starts(entry, data, count: int, *, seed: int = 0,
                   for s in starts]
 
 
-def loo_log_density(post: Posterior, data) -> np.ndarray:
-    """(n,) log p(yᵢ | y₋ᵢ, path): the closed-form LOO predictive given each of the path's draws
-    of θ, σ_s, σ_n (s integrated out), averaged over the draws (standardised units). Only s is
-    left out exactly: the draws of θ come from the fit on all rows, so the score is optimistic by
-    about the effective number of θ's parameters, alike for every path of one entry."""
+def loo_pointwise(post: Posterior, data) -> np.ndarray:
+    """(S, n) log p(yᵢ | y₋ᵢ, θ_s): the closed-form LOO predictive of every training row given each
+    of the path's draws of θ, σ_s, σ_n, with s integrated out (standardised units)."""
     sites = post.flat_sites
     if "frequencies" not in sites or "signal" not in sites or "noise" not in sites:
         raise SSGPError(f"{post.model}: stacking needs draws of the frequencies, signal and noise")
@@ -107,9 +109,52 @@ def loo_log_density(post: Posterior, data) -> np.ndarray:
         return jax.lax.map(lambda a: loo_predictive(x, y, *a)[2], (freq, signal, noise),
                            batch_size=8)
 
-    lp = np.asarray(run(jnp.asarray(sites["frequencies"]), jnp.asarray(sites["signal"]),
-                        jnp.asarray(sites["noise"])), np.float64)  # (S, n)
-    return logsumexp(lp, axis=0) - np.log(lp.shape[0])
+    return np.asarray(run(jnp.asarray(sites["frequencies"]), jnp.asarray(sites["signal"]),
+                          jnp.asarray(sites["noise"])), np.float64)
+
+
+class PathLOO(NamedTuple):
+    """A path's PSIS-LOO: log p(yᵢ | y₋ᵢ) per training row (n,), standardised units, and the
+    Pareto k̂ of each row's importance ratios (n,)."""
+
+    elpd: np.ndarray
+    pareto_k: np.ndarray
+
+
+def path_loo(post: Posterior, data) -> PathLOO:
+    """The leave-one-out log predictive density log p(yᵢ | y₋ᵢ) of each training row under the
+    path's own draws, θ left out as well as s: PSIS (Vehtari et al. 2017) over the draws of the
+    closed-form p(yᵢ | y₋ᵢ, θ_s) (:func:`loo_pointwise`) with the ratios of a non-factorised
+    Gaussian model, p(θ | y₋ᵢ) / p(θ | y) ∝ 1 / p(yᵢ | y₋ᵢ, θ) (Bürkner, Gabry & Vehtari 2021).
+
+    Every path is scored alike, a sampler's chain and a VI fit: its draws are the predictive that
+    the mixture uses, so they are taken as they are (no p/q correction: the PSIS-LOO table of a
+    single VI fit corrects q towards the posterior instead). The plain average of
+    p(yᵢ | y₋ᵢ, θ_s) over the draws would leave yᵢ in θ's posterior: optimistic, and the more so
+    the more the draws spread (a chain far more than a narrow q)."""
+    import arviz_stats  # noqa: F401  (registers the .azstats accessor)
+    import xarray as xr
+
+    lp = loo_pointwise(post, data)  # (S, n)
+    lp = np.where(np.isnan(lp), -np.inf, lp)
+    ll = xr.DataArray(lp[None], dims=("chain", "draw", "row"))
+    with warnings.catch_warnings():  # k̂ warnings: k̂ is returned to the caller
+        warnings.simplefilter("ignore", UserWarning)
+        log_w, k = ll.azstats.psislw(dim=["chain", "draw"])  # smooths the ratios 1 / p(yᵢ | ·)
+    log_w = np.asarray(log_w.transpose("chain", "draw", "row"))[0]
+    log_w = log_w - logsumexp(log_w, axis=0)
+    return PathLOO(logsumexp(log_w + lp, axis=0), np.asarray(k))
+
+
+def good_k(draws: int) -> float:
+    """PSIS's reliability threshold for ``draws`` draws, min(1 − 1/log10 S, 0.7) (Vehtari et al.
+    2024): rows whose k̂ exceeds it have an unreliable (typically optimistic) LOO estimate."""
+    return float(min(1.0 - 1.0 / np.log10(draws), 0.7))
+
+
+def loo_log_density(post: Posterior, data) -> np.ndarray:
+    """(n,) log p(yᵢ | y₋ᵢ, path) (standardised units): :func:`path_loo`'s estimate."""
+    return path_loo(post, data).elpd
 
 
 def final_loss(post: Posterior) -> float:
@@ -118,6 +163,25 @@ def final_loss(post: Posterior) -> float:
         return float("inf")
     tail = np.asarray(post.losses)[-max(1, len(post.losses) // 10):]
     return float(np.mean(tail[np.isfinite(tail)])) if np.isfinite(tail).any() else float("inf")
+
+
+OBJECTIVE_KINDS = {"loss": "final loss (mean of the last 10%: −ELBO for SVI, −bound for NCVMP)",
+                   "log_density": "−mean log density of the chain's draws (the sampler's lp)"}
+
+
+def final_objective(post: Posterior) -> tuple[float, str]:
+    """(value, kind) of what plays the part of the path's final objective, lower is better: a fit
+    with a loss trace its :func:`final_loss` (kind ``loss``); a sampler's chain, which has none,
+    minus the mean log density of its draws (kind ``log_density``; the same lp as the reference's
+    modes table). Kinds are not comparable with each other: the ELBO has q's entropy, lp not."""
+    if post.losses is not None and len(post.losses):
+        return final_loss(post), "loss"
+    stats = post.sample_stats
+    if stats is not None and "lp" in stats.data_vars:
+        return -float(np.mean(np.asarray(stats["lp"]))), "log_density"
+    if post.log_p is not None:
+        return -float(np.mean(post.log_p)), "log_density"
+    return float("inf"), "loss"
 
 
 def weights_of(how: str, loo: np.ndarray, losses: np.ndarray) -> np.ndarray:
@@ -152,8 +216,11 @@ def combine(paths: list[Posterior], data, how: str, *, seconds: float | None = N
     if not paths:
         raise SSGPError("combine needs at least one path")
     first = paths[0]
-    loo = np.stack([loo_log_density(p, data) for p in paths], axis=1)  # (n, K)
+    scored = [path_loo(p, data) for p in paths]
+    loo = np.stack([sc.elpd for sc in scored], axis=1)  # (n, K)
     losses = np.array([final_loss(p) for p in paths])
+    objectives = [final_objective(p) for p in paths]
+    draws = [len(next(iter(p.flat_sites.values()))) for p in paths]
     w = weights_of(how, loo, losses)
     counts = allocate(w)
     flats = [p.flat_sites for p in paths]
@@ -173,7 +240,13 @@ def combine(paths: list[Posterior], data, how: str, *, seconds: float | None = N
         loo_seconds=sum(p.info.loo_seconds for p in paths),
         paths=len(paths), combine=how, path_weights=tuple(float(v) for v in w),
         path_loo=tuple(float(v) for v in loo.sum(axis=0)),
-        path_objective=tuple(float(v) for v in losses), stacked_loo=score)
+        path_objective=tuple(float(v) for v, _ in objectives),
+        path_objective_kind=tuple(kind for _, kind in objectives),
+        path_pareto_k_bad=tuple(int(np.sum(sc.pareto_k > good_k(s))) for sc, s in
+                                zip(scored, draws, strict=True)),
+        path_noise=tuple(float(np.mean(p.flat_sites["noise"])) if "noise" in p.flat_sites
+                         else None for p in paths),
+        stacked_loo=score)
     if all(isinstance(p.rule, SiteRule) for p in paths):  # one rule over the mixture's draws
         rule_sites = {k: np.concatenate([np.asarray(p.rule.sites[k])[i] for p, i in
                                          zip(paths, idx, strict=True)]) for k in first.rule.sites}
@@ -198,9 +271,10 @@ def split_chains(post: Posterior) -> list[Posterior]:
     for c in range(chains):
         rule_sites = {k: jnp.reshape(v, (chains, -1) + tuple(v.shape[1:]))[c]
                       for k, v in post.rule.sites.items()}
+        stats = None if post.sample_stats is None else post.sample_stats.isel(chain=[c])
         out.append(post.replace(sites={k: v[c:c + 1] for k, v in post.sites.items()},
                                 rule=dataclasses.replace(post.rule, sites=rule_sites),
-                                sample_stats=None, log_p=None, log_q=None, test=None,
+                                sample_stats=stats, log_p=None, log_q=None, test=None,
                                 metrics=None, datatree=None))
     return out
 

@@ -72,6 +72,9 @@ class FitInfo:
     path_weights: tuple[float, ...] | None = None  # mixture's LOO log score
     path_loo: tuple[float, ...] | None = None
     path_objective: tuple[float, ...] | None = None
+    path_objective_kind: tuple[str, ...] | None = None  # paths.OBJECTIVE_KINDS
+    path_pareto_k_bad: tuple[int, ...] | None = None  # rows whose PSIS k̂ exceeds good_k
+    path_noise: tuple[float | None, ...] | None = None  # posterior mean σ_n (standardised)
     stacked_loo: float | None = None
 
 

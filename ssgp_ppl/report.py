@@ -28,6 +28,7 @@ from ssgp_ppl.calibration import (
     PIT_BAND,
     RUNS_RHAT,
     PITReading,
+    chain_loo,
     loo_summary,
     pit_reading,
     reference_health,
@@ -38,7 +39,7 @@ from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.io import write_json, write_text_atomic
 from ssgp_ppl.metrics import DEFAULT_LEVELS as LEVELS
 from ssgp_ppl.metrics import coverage_curve
-from ssgp_ppl.paths import SCREEN_DRAWS, combine, split_chains
+from ssgp_ppl.paths import OBJECTIVE_KINDS, SCREEN_DRAWS, combine, split_chains
 from ssgp_ppl.pipeline import evaluate, fit, metrics_record
 from ssgp_ppl.posterior import Handoff, Posterior
 from ssgp_ppl.status import step
@@ -301,16 +302,27 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 
 
 
-def paths_record(post: Posterior) -> dict:
-    """A multi-path fit's paths: how they combine, each one's weight, LOO log score (closed form,
-    s integrated given θ), final objective and posterior mean noise sd (original units), and the
-    mixture's LOO log score."""
+def paths_record(post: Posterior, data: Dataset) -> dict:
+    """A multi-path fit's paths: how they combine, each one's weight, LOO log score (PSIS over the
+    path's draws of the closed-form p(yᵢ | y₋ᵢ, θ), :func:`ssgp_ppl.paths.path_loo`; standardised
+    units as the stacking uses it, and per training row in original units), the rows whose k̂
+    makes that score unreliable, its final objective and what that objective is, its posterior
+    mean noise sd (original units), and the mixture's LOO log score."""
     i = post.info
     scale = float(np.asarray(post.y_scaler.scale))
-    noise = [float(np.mean(p.flat_sites["noise"]) * scale) if "noise" in p.flat_sites else None
-             for p in post.path_posteriors] or [None] * len(i.path_weights)  # a loaded one
+    n = data.n_train
+    noise = list(i.path_noise) if i.path_noise is not None else [
+        float(np.mean(p.flat_sites["noise"])) if "noise" in p.flat_sites else None
+        for p in post.path_posteriors] or [None] * len(i.path_weights)
+    kinds = list(i.path_objective_kind or ["loss"] * len(i.path_weights))
     return {"combine": i.combine, "weights": list(i.path_weights), "loo": list(i.path_loo),
-            "objective": list(i.path_objective), "noise": noise, "stacked_loo": i.stacked_loo}
+            # −elpd per row in original units: comparable with the test MNLP
+            "loo_per_row": [float(-(v - n * np.log(scale)) / n) for v in i.path_loo],
+            "pareto_k_bad": list(i.path_pareto_k_bad or [None] * len(i.path_weights)),
+            "objective": list(i.path_objective), "objective_kind": kinds,
+            "noise": [None if v is None else v * scale for v in noise],
+            "stacked_loo": i.stacked_loo,
+            "stacked_loo_per_row": float(-(i.stacked_loo - n * np.log(scale)) / n)}
 
 
 def replicate_floor(ref_inv, *, seed: int = 0) -> dict | None:
@@ -414,8 +426,9 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             if r is res and methods.get(method).reference:
                 rec["reference"] = _gold_record(g, r) if g is not None else \
                     reference_health(r.datatree, r.info)
+                rec["reference"]["chain_loo"] = chain_loo(r.datatree)
             if r.info.paths:
-                rec["paths"] = paths_record(r)
+                rec["paths"] = paths_record(r, data)
             results.append(r)
             records.append(rec)
             r.save(out / f"posterior_{label}.nc")
@@ -481,6 +494,76 @@ def _gold_html(d: dict) -> list[str]:
             _table(health, list(health[0])) if health else ""]
 
 
+def _paths_section(r: dict) -> list[str]:
+    """The table of a multi-path fit's paths (or of the reference's stacked chains) and its
+    prose."""
+    d = r["paths"]
+    chains = all(k == "log_density" for k in d["objective_kind"])
+    tab = [{"chain" if chains else "path": k, "weight": d["weights"][k],
+            "loo_log_score": d["loo"][k], "loo −elpd per row": d["loo_per_row"][k],
+            "rows k̂ > good_k": d["pareto_k_bad"][k], "final_objective": d["objective"][k],
+            "objective is": OBJECTIVE_KINDS[d["objective_kind"][k]], "noise_sd": d["noise"][k]}
+           for k in range(len(d["weights"]))]
+    if chains:
+        what = ("Each path is one chain of the reference, stacked as if it were a run of its own "
+                "(Yao, Vehtari & Gelman 2022). A chain has no loss: its final_objective is minus "
+                "the mean log density of its draws (the lp of the modes table), lower is better "
+                "as for a loss, but not comparable with a VI path's −ELBO.")
+    else:
+        what = ("Each path is a fit from its own start (path 0: the entry's own; the others: the "
+                f"best of {SCREEN_DRAWS} prior draws by the collapsed log joint, or for NCVMP the "
+                "next candidate spectral sets).")
+    return [f"<h2>{html.escape(r['method'])}: {len(tab)} {'chains' if chains else 'paths'} "
+            f"combined by {html.escape(d['combine'])}</h2>",
+            f"<p>{what} LOO log score: Σᵢ log p(yᵢ | y₋ᵢ) over the training rows, the stacking "
+            "criterion (Yao, Vehtari & Gelman 2022), computed the same way for every path and "
+            "chain: PSIS over the path's own draws of the closed-form p(yᵢ | y₋ᵢ, θ) with s "
+            "integrated out, θ left out by the ratios 1 / p(yᵢ | y₋ᵢ, θ) (Bürkner, Gabry & "
+            "Vehtari 2021); in standardised units of y, as the weights use it (−elpd per row: "
+            "the same in original units, next to the test MNLP). Rows with k̂ above good_k have "
+            "an unreliable, typically optimistic estimate. noise_sd: the path's posterior mean "
+            f"σ_n, original units. Mixture: {d['stacked_loo']:.2f} (−elpd per row "
+            f"{d['stacked_loo_per_row']:.3f}; its test MNLP {r['mnlp']:.3f}).</p>",
+            _table(tab, list(tab[0]))]
+
+
+def _paths_contrast(records: list[dict]) -> list[str]:
+    """The measured reasons why the reference's chains and the VI paths score differently."""
+    fits = [r for r in records if "paths" in r
+            and not all(k == "log_density" for k in r["paths"]["objective_kind"])]
+    chains = [r for r in records if "paths" in r and r not in fits]
+    if not fits or not chains:
+        return []
+    f, c = fits[0], chains[0]
+    bf, bc = int(np.argmax(f["paths"]["loo"])), int(np.argmax(c["paths"]["loo"]))
+    gap = c["paths"]["loo"][bc] - f["paths"]["loo"][bf]
+    nf, nc = f["paths"]["noise"][bf], c["paths"]["noise"][bc]
+    n = f["n_train"]
+    noise = "" if nf is None or nc is None or nf == nc else (
+        f" The best chain's posterior mean noise sd is {nc:.3g} against {nf:.3g} for the best "
+        f"path (original units): the chains explain more of the training rows by the "
+        f"frequencies; at a zero residual the smaller σ_n alone gives log({nf:.3g} / {nc:.3g}) "
+        f"= {np.log(nf / nc):.2f} nats more per row, {n * np.log(nf / nc):.0f} over the {n} "
+        "rows.")
+    opt_f = f["mnlp"] - f["paths"]["stacked_loo_per_row"]
+    opt_c = c["mnlp"] - c["paths"]["stacked_loo_per_row"]
+    ref = next((r["reference"].get("chain_loo") for r in records if "reference" in r), None)
+    check = "" if not ref else (
+        " By another route, each chain's PSIS-LOO from its pointwise log-likelihood with s drawn "
+        f"(not integrated out): {', '.join(f'{v:.1f}' for v in ref)}.")
+    return [f"<h3>{html.escape(c['method'])} vs {html.escape(f['method'])}: LOO log scores</h3>",
+            "<p>Both tables use one estimator on one scale (standardised y; per row in original "
+            f"units). The best chain's LOO log score is {c['paths']['loo'][bc]:.1f}, the best VI "
+            f"path's {f['paths']['loo'][bf]:.1f}: {gap:+.1f} nats.{check}{noise} How far each "
+            "training-row LOO carries to the test set, test MNLP minus LOO −elpd per row: "
+            f"{opt_c:+.3f} nats for the stacked chains ({c['mnlp']:.3f} vs "
+            f"{c['paths']['stacked_loo_per_row']:.3f}), {opt_f:+.3f} for the stacked paths "
+            f"({f['mnlp']:.3f} vs {f['paths']['stacked_loo_per_row']:.3f}); a larger value is a "
+            "more optimistic LOO. Rows with k̂ above good_k: "
+            f"{', '.join(str(k) for k in c['paths']['pareto_k_bad'])} (chains), "
+            f"{', '.join(str(k) for k in f['paths']['pareto_k_bad'])} (paths).</p>"]
+
+
 def _html(entry, data, seed, records, results, ref_label, readings) -> str:
     cols = ["method", "rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90",
             "fit_seconds", "predict_seconds"]
@@ -504,19 +587,8 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
                   "posterior for the estimate to be trusted.</p>", _table(loo, list(loo[0]))]
     for r in records:
         if "paths" in r:
-            d = r["paths"]
-            tab = [{"path": k, "weight": d["weights"][k], "loo_log_score": d["loo"][k],
-                    "final_objective": d["objective"][k], "noise_sd": d["noise"][k]}
-                   for k in range(len(d["weights"]))]
-            parts += [f"<h2>{html.escape(r['method'])}: {len(tab)} paths combined by "
-                      f"{html.escape(d['combine'])}</h2>",
-                      "<p>Each path is a fit from its own start (path 0: the entry's own; the "
-                      f"others: the best of {SCREEN_DRAWS} prior draws by the collapsed log joint, "
-                      "or for NCVMP the next candidate spectral sets). LOO log score: Σᵢ log "
-                      "p(yᵢ | y₋ᵢ) with s integrated given each draw (closed form), the stacking "
-                      f"criterion; mixture: {d['stacked_loo']:.2f}. Yao, Vehtari & Gelman 2022."
-                      "</p>",
-                      _table(tab, list(tab[0]))]
+            parts += _paths_section(r)
+    parts += _paths_contrast(records)
     refs = [r for r in records if "reference" in r]
     if refs and refs[0]["reference"].get("source") == "gold":
         d = refs[0]["reference"]

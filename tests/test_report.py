@@ -39,6 +39,22 @@ def test_compare_report_sections(pendulum, tmp_path):
     assert len(re.findall(r"<img alt='[^']+' src='data:image/png;base64,[A-Za-z0-9+/=]{500,}'>",
                           html)) == 7  # with the modes panel
     assert ("NOT CONVERGED" in html) == (not h["converged"])
+    # the stacked chains' rows carry what the VI paths' rows carry: a finite objective (minus the
+    # chain's mean log density, labelled so), the chain's posterior mean noise sd and a LOO log
+    # score on the VI paths' scale, which agrees with the reference's own PSIS-LOO (s drawn)
+    c = chains["paths"]
+    assert c["objective_kind"] == ["log_density"] * 2 and svi["paths"]["objective_kind"] == [
+        "loss"] * 2
+    with xr.open_datatree(tmp_path / "posterior_smc.nc", engine="h5netcdf") as dt:
+        lp = dt["sample_stats"]["lp"].values
+        noise = dt["invariants"]["noise"].values  # original units
+    np.testing.assert_allclose(c["objective"], -lp.mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(c["noise"], noise.mean(axis=1), rtol=1e-5)
+    for score in c["loo"] + svi["paths"]["loo"]:
+        assert abs(score - ref["loo"]["elpd_loo"]) < ref["loo"]["se"]
+    # by another route: each chain's PSIS-LOO with s drawn (measured 0.7 and 0.0 nats apart)
+    np.testing.assert_allclose(c["loo"], h["chain_loo"], atol=3.0)
+    assert "−mean log density of the chain" in html and ">inf<" not in html
     # each record's PIT reading is the reading of its saved test PIT values
     from ssgp_ppl.calibration import pit_reading
 
