@@ -158,7 +158,8 @@ def airline(a) -> dict:
         raise SystemExit(proc.stderr[-3000:])
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # Linux: kilobytes
     m = json.loads((out_dir / "metrics.json").read_text())
-    keep = ("n_train", "n_test", "rmse", "mnlp", "coverage_90", "steps", "converged", "fit_seconds",
+    keep = ("n_train", "n_test", "rmse", "mnlp", "coverage_90", "steps", "converged", "stop",
+            "improvement_per_1k", "improvement_se", "fit_seconds",
             "predict_seconds", "partitions")
     return {"experiment": "airline", "command": " ".join(cmd[1:]), "wall_seconds": wall,
             "peak_rss_gb": peak_kb / 2**20, "metrics": {k: m[k] for k in keep if k in m},

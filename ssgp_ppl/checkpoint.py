@@ -22,7 +22,7 @@ from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.io import write_bytes_atomic
 from ssgp_ppl.settings import is_int, is_number
 
-FORMAT = 1
+FORMAT = 2  # 2: the stop rule's state is the chunk means and their middle steps
 DEFAULT_EVERY = 1000  # steps between saves
 
 
@@ -48,8 +48,8 @@ class Saved(NamedTuple):
     key: np.ndarray
     done: int
     losses: np.ndarray
-    means: np.ndarray
-    noise_var: np.ndarray
+    means: np.ndarray  # (chunks,) the stop rule's chunk means
+    mids: np.ndarray  # (chunks,) their chunks' middle steps
     converged: bool
     seconds: float
     first_chunk: tuple[int, float]
@@ -66,7 +66,7 @@ def fingerprint(**items) -> dict:
     return out
 
 
-def save(ckpt: Checkpoint, leaves, key, done: int, losses, means, noise_var, converged: bool,
+def save(ckpt: Checkpoint, leaves, key, done: int, losses, means, mids, converged: bool,
          seconds: float, first_chunk: tuple[int, float]) -> None:
     """Write the checkpoint atomically (:func:`ssgp_ppl.io.write_bytes_atomic`)."""
     path = Path(ckpt.path)
@@ -77,7 +77,7 @@ def save(ckpt: Checkpoint, leaves, key, done: int, losses, means, noise_var, con
             "first_chunk": [int(first_chunk[0]), float(first_chunk[1])]}
     buf = io.BytesIO()
     np.savez(buf, key=np.asarray(key), losses=np.asarray(losses),  # the run's own dtype
-             means=np.asarray(means, np.float64), noise_var=np.asarray(noise_var, np.float64),
+             means=np.asarray(means, np.float64), mids=np.asarray(mids, np.float64),
              meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
     write_bytes_atomic(path, buf.getbuffer())
 
@@ -91,14 +91,16 @@ def load(ckpt: Checkpoint) -> Saved:
         with open(path, "rb") as f, np.load(f, allow_pickle=False) as z:  # closed if np.load fails
             meta = json.loads(z["meta"].tobytes().decode())
             leaves = [z[f"leaf_{i}"] for i in range(int(meta["leaves"]))]
-            arrays = {k: z[k] for k in ("key", "losses", "means", "noise_var")}
+            fmt = meta.get("format")
+            arrays = {k: z[k] for k in ("key", "losses", "means", "mids")} if fmt == FORMAT else {}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError,
             MemoryError, TypeError) as e:  # MemoryError: a header claiming a huge array
         raise SSGPError(f"checkpoint {path} is corrupt or unreadable ({type(e).__name__}: "
                         f"{' '.join(str(e).split())[:120]}); delete it to start afresh") from None
-    if meta.get("format") != FORMAT:
-        raise SSGPError(f"checkpoint {path} has format {meta.get('format')!r}; this version "
-                        f"reads format {FORMAT}")
+    if fmt != FORMAT:
+        raise SSGPError(f"checkpoint {path} has format {fmt!r}; this version reads format {FORMAT} "
+                        "(its stop rule keeps other state): finish the run with the version that "
+                        "wrote it, or delete the file to start afresh")
     _check_meta(meta, arrays, path)
     mine, theirs = ckpt.fingerprint, meta.get("fingerprint", {})
     for k in sorted(set(mine or {}) | set(theirs)) if mine is not None else ():
@@ -106,7 +108,7 @@ def load(ckpt: Checkpoint) -> Saved:
             raise SSGPError(f"checkpoint {path} belongs to another run: {k} is "
                             f"{theirs.get(k)!r} there and {mine.get(k)!r} here")
     return Saved(leaves, arrays["key"], int(meta["done"]), arrays["losses"], arrays["means"],
-                 arrays["noise_var"], bool(meta["converged"]), float(meta["seconds"]),
+                 arrays["mids"], bool(meta["converged"]), float(meta["seconds"]),
                  tuple(meta["first_chunk"]))
 
 
@@ -128,7 +130,7 @@ def _check_meta(meta: dict, arrays: dict, path) -> None:
     if not (isinstance(first, list) and len(first) == 2 and is_int(first[0])
             and is_number(first[1])):
         bad(f"first_chunk {first!r} is not [steps, seconds]")
-    if np.shape(arrays["means"]) != np.shape(arrays["noise_var"]):
+    if np.shape(arrays["means"]) != np.shape(arrays["mids"]):
         bad("the convergence monitor's arrays differ in length")
 
 

@@ -295,7 +295,8 @@ def _print_table(rows: list[dict], cols: list[str]) -> None:
 
 
 TABLE = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnlp", "crps",
-         "coverage_50", "coverage_90", "nll", "fit_seconds"]
+         "coverage_50", "coverage_90", "nll", "steps", "converged", "improvement_per_1k",
+         "fit_seconds"]
 
 
 def _columns(rows: list[dict]) -> list[str]:
@@ -405,6 +406,8 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
     write_json(out / "metrics.json", record)
     res.save(out / "posterior.nc")  # the DataTree plus what ssgp_ppl.load needs to predict
     _print_table([record], _columns([record]))
+    if "stop" in record:
+        print(f"{method}: {record['stop']}")
     print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)
     if res.info.interrupted:
         print(f"ssgp-ppl: stopped by {name} at step {res.info.steps}; checkpoint and metrics so "

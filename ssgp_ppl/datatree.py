@@ -140,6 +140,19 @@ def assemble(*, sites: dict | None, chains: int, data, mean_f, var_f,
     return dt
 
 
+def stop_attrs(info) -> dict:
+    """How the fit stopped, as root attributes (netCDF has no None: unknown values are left out):
+    ``stop`` in words (:func:`ssgp_ppl.posterior.stop_text`), ``converged`` (0/1), and the stop
+    rule's ``improvement_per_1k`` with its ``improvement_se`` and ``tolerance_per_1k`` (nats)."""
+    from ssgp_ppl.posterior import stop_text
+
+    out = {"stop": stop_text(info), "steps": info.steps,
+           "converged": None if info.converged is None else int(info.converged),
+           "improvement_per_1k": info.improvement, "improvement_se": info.improvement_se,
+           "tolerance_per_1k": info.tolerance}
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def label_units(dt: xr.DataTree) -> xr.DataTree:
     """Each group's ``units`` attribute (:data:`UNITS`), in place; returns ``dt``."""
     for name, text in UNITS.items():

@@ -2,7 +2,8 @@
 
 SVI (:func:`run_svi`) runs ``chunk`` steps per call of a jitted ``lax.scan`` (a Python loop around a
 jitted step costs ~4 ms of dispatch per step on a small CPU), updates a tqdm bar on stderr between
-chunks, keeps the whole loss trace, and stops early when the smoothed loss has stopped moving.
+chunks, keeps the whole loss trace, and stops early when the loss has stopped improving
+(:class:`_Convergence`).
 Minibatches are drawn *with* replacement by ``random.randint`` (O(batch) per step, unbiased).
 """
 
@@ -31,7 +32,9 @@ from ssgp_ppl.errors import SSGPError
 
 
 class SVIResult(NamedTuple):
-    """Outcome of :func:`run_svi`: constrained params, the loss of every step, timing."""
+    """Outcome of :func:`run_svi`: constrained params, the loss of every step, timing, and the stop
+    rule's last reading (:class:`_Convergence`): the loss's improvement per 1,000 steps, its
+    standard error and the tolerance it was held to (nats; None before 3 chunks)."""
 
     params: dict
     losses: np.ndarray  # (steps_run,)
@@ -41,6 +44,9 @@ class SVIResult(NamedTuple):
     first_chunk: tuple[int, float] = (0, 0.0)  # (steps, seconds) of the first chunk, JIT included
     interrupted: bool = False  # stopped by Ctrl-C (SIGINT) after a whole chunk
     stop_signal: str | None = None  # the signal that stopped it (SIGINT, SIGTERM, SIGHUP)
+    improvement: float | None = None  # nats per 1,000 steps at the end
+    improvement_se: float | None = None
+    tolerance: float | None = None  # tol · n: what converged means, nats per 1,000 steps
 
 
 def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_step: int = 1,
@@ -90,16 +96,21 @@ def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_st
     return (lambda key, x, y, aux: (x, y, {})), ()
 
 
+PER_STEPS = 1000  # the stop rule's rate unit: improvement of the loss per this many steps
+TOL_PER_POINT = 1e-3  # default tol: nats per training row per PER_STEPS steps
+
+
 class Schedule(NamedTuple):
     """How SVI / type-II training steps: at most ``steps`` Adam steps of size ``lr`` (halved every
     ``lr_halflife`` steps when > 0), ``chunk`` steps per jitted scan, and the convergence stop
-    (``tol``, ``patience`` chunks, never before ``min_steps``; :func:`run_svi`)."""
+    (``tol`` nats per training row per 1,000 steps, a window of at least 2 · ``patience`` chunks,
+    never before ``min_steps``; :class:`_Convergence`)."""
 
     steps: int
     lr: float = 0.01
     lr_halflife: float = 0.0
     chunk: int = 250
-    tol: float = 1e-5
+    tol: float = TOL_PER_POINT
     patience: int = 4
     min_steps: int = 0
 
@@ -121,27 +132,66 @@ def optimizer(lr: float, lr_halflife: float = 0.0) -> numpyro.optim.ClippedAdam:
     return numpyro.optim.ClippedAdam(step_size=step_size, clip_norm=100.0)
 
 
-class _Convergence:
-    """The stop rule: with W = ``patience`` chunks, converged when the mean loss of the last W
-    chunks is lower than that of the W chunks before by less than ``tol`` relative to its size, or
-    by less than two standard errors of that difference (a stochastic loss never settles below its
-    own Monte Carlo noise; the noise is estimated from step-to-step differences, which removes the
-    trend and is ~0 for a deterministic loss)."""
+class Trend(NamedTuple):
+    """The loss's improvement per :data:`PER_STEPS` steps (minus the least-squares slope of the
+    chunk means over the rule's window) and its standard error (nats)."""
 
-    def __init__(self, schedule: Schedule, means=(), noise_var=()):
-        self.s = schedule
-        self.means, self.noise_var = list(means), list(noise_var)
+    improvement: float
+    se: float
+
+    @property
+    def bound(self) -> float:
+        """|estimate| + 2 standard errors: what the stop rule holds to its tolerance."""
+        return abs(self.improvement) + 2.0 * self.se
+
+
+def loss_trend(mids, means, window: int) -> Trend | None:
+    """The :class:`Trend` of the chunk means ``means`` (k,) at the chunks' middle steps ``mids``
+    (k,) over the last max(``window``, ⌈k/2⌉) chunks (None with fewer than 3). The standard
+    error comes from the residuals of the chunk means about the line, so autocorrelation within a
+    chunk (Adam's iterates wander) costs nothing, and a deterministic loss on a line has SE 0."""
+    k = len(means)
+    w = min(k, max(window, k - k // 2))
+    if w < 3:
+        return None
+    t = np.asarray(mids[-w:], np.float64)
+    m = np.asarray(means[-w:], np.float64)
+    tc = t - t.mean()
+    sxx = float(tc @ tc)
+    slope = float(tc @ (m - m.mean())) / sxx
+    resid = m - m.mean() - slope * tc
+    se = float(np.sqrt(max(float(resid @ resid), 0.0) / (w - 2) / sxx))
+    return Trend(-slope * PER_STEPS, se * PER_STEPS)
+
+
+class _Convergence:
+    """The stop rule: converged when, after ``min_steps`` and at least 2 · ``patience`` chunks, the
+    loss's improvement per 1,000 steps (:func:`loss_trend`: a least-squares slope over the last
+    half of the trace, at least 2 · ``patience`` chunks) lies within ± ``tol`` · ``n`` nats with
+    its 2-SE band: |estimate| + 2 SE ≤ ``tol`` · ``n`` (``n``: the rows the loss is scaled to).
+    The upper bound keeps a slow drift from passing as noise; the lower one keeps a short, noisy
+    window (whose SE, from few residuals, is itself noisy) from passing by chance. The window
+    grows with the run, so the SE of a noisy loss shrinks until a real drift shows."""
+
+    def __init__(self, schedule: Schedule, n: int, means=(), mids=()):
+        self.s, self.n = schedule, n
+        self.means, self.mids = list(means), list(mids)
+
+    @property
+    def trend(self) -> Trend | None:
+        return loss_trend(self.mids, self.means, 2 * self.s.patience)
+
+    @property
+    def tolerance(self) -> float:
+        """Nats per 1,000 steps below which the loss counts as settled."""
+        return self.s.tol * self.n
 
     def add(self, losses: np.ndarray, done: int) -> bool:
-        self.means.append(float(losses.mean()))
-        n = len(losses)
-        self.noise_var.append(float(np.diff(losses).var() / 2 / n) if n > 2 else 0.0)
-        w = self.s.patience
-        if len(self.means) < 2 * w or done < self.s.min_steps:
+        self.means.append(float(np.mean(losses, dtype=np.float64)))
+        self.mids.append(float(done) - 0.5 * len(losses))  # the chunk's middle step
+        if len(self.means) < 2 * self.s.patience or done < self.s.min_steps:
             return False
-        before, after = np.mean(self.means[-2 * w:-w]), np.mean(self.means[-w:])
-        se = np.sqrt(np.sum(self.noise_var[-2 * w:])) / w
-        return bool(before - after <= max(self.s.tol * max(abs(after), 1.0), 2.0 * se))
+        return bool(self.trend.bound <= self.tolerance)
 
 
 # the signals a checkpointed run stops on gracefully (finish the chunk, save, return what there
@@ -244,7 +294,7 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
     run_chunk = jax.jit(run_chunk, static_argnums=5,
                         out_shardings=None if mesh is None else sharding.replicated(mesh))
     losses: list[np.ndarray] = []
-    conv = _Convergence(schedule)
+    conv = _Convergence(schedule, int(x.shape[0]))
     converged, done, first_chunk, seconds_before = False, 0, (0, 0.0), 0.0
     if checkpoint is not None and checkpoint.resume:
         saved = ckpt_io.load(checkpoint)
@@ -254,7 +304,7 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
         key_batch = jnp.asarray(saved.key)
         done, converged, first_chunk = saved.done, saved.converged, saved.first_chunk
         losses = [saved.losses] if saved.losses.size else []
-        conv = _Convergence(schedule, saved.means, saved.noise_var)
+        conv = _Convergence(schedule, int(x.shape[0]), saved.means, saved.mids)
         seconds_before = saved.seconds
     if jax.process_count() > 1 and len(set(steps_resumed := sharding.gather_scalar(done))) > 1:
         raise SSGPError(f"the processes resumed from different steps {steps_resumed}: "
@@ -268,7 +318,7 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
         if jax.process_index() == 0:
             ckpt_io.save(checkpoint, sharding.host(jax.tree.leaves(state)), sharding.host(key_batch),
                          done, np.concatenate(losses) if losses else np.zeros(0), conv.means,
-                         conv.noise_var, converged, seconds_before + time.perf_counter() - start,
+                         conv.mids, converged, seconds_before + time.perf_counter() - start,
                          first_chunk)
 
     # Ctrl-C is caught only where it can be resumed from (a checkpoint); elsewhere (compare, the
@@ -310,7 +360,15 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
     interrupted = halt and done < steps and not converged
     return SVIResult(params, np.concatenate(losses) if losses else np.zeros(0), done, converged,
                      seconds, first_chunk, interrupted,
-                     (stop["signal"] or "SIGINT") if interrupted else None)
+                     (stop["signal"] or "SIGINT") if interrupted else None, *_reading(conv))
+
+
+def _reading(conv: _Convergence) -> tuple:
+    """(improvement, its SE, tolerance) of the rule's last reading, nats per 1,000 steps."""
+    trend = conv.trend
+    if trend is None:
+        return None, None, conv.tolerance
+    return trend.improvement, trend.se, conv.tolerance
 
 
 def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedule, *, loss=None,
@@ -359,7 +417,7 @@ def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedu
 
     n = len(pairs)
     losses: list[list[np.ndarray]] = [[] for _ in range(n)]
-    convs = [_Convergence(schedule) for _ in range(n)]
+    convs = [_Convergence(schedule, int(x.shape[0])) for _ in range(n)]
     done, converged = np.zeros(n, int), np.zeros(n, bool)
     first_chunk = (0, 0.0)
     start = time.perf_counter()
@@ -387,7 +445,8 @@ def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedu
     for i in range(n):
         params = svi.get_params(jax.tree.map(lambda a, i=i: a[i], state))
         out.append(SVIResult(jax.tree.map(jnp.asarray, params), np.concatenate(losses[i]),
-                             int(done[i]), bool(converged[i]), seconds, first_chunk))
+                             int(done[i]), bool(converged[i]), seconds, first_chunk,
+                             False, None, *_reading(convs[i])))
     return out
 
 

@@ -234,8 +234,12 @@ def combine(paths: list[Posterior], data, how: str, *, seconds: float | None = N
     path_of_draw = np.concatenate([np.full(c, k) for k, c in enumerate(counts)])
     score = float(logsumexp(loo + np.log(np.maximum(w, 1e-300)), axis=1).sum())
     conv = [p.info.converged for p in paths if p.info.converged is not None]
+    # the stop rule's reading of the path furthest from converged (largest upper bound)
+    read = [p.info for p in paths if p.info.improvement is not None]
+    worst = max(read, key=lambda i: i.improvement + 2 * (i.improvement_se or 0.0), default=first.info)
     info = dataclasses.replace(
-        first.info, converged=all(conv) if conv else None,
+        first.info, converged=all(conv) if conv else None, improvement=worst.improvement,
+        improvement_se=worst.improvement_se, tolerance=worst.tolerance,
         fit_seconds=sum(p.info.fit_seconds for p in paths) if seconds is None else seconds,
         loo_seconds=sum(p.info.loo_seconds for p in paths),
         paths=len(paths), combine=how, path_weights=tuple(float(v) for v in w),

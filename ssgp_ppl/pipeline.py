@@ -26,7 +26,7 @@ from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import SSGPError, check_seed
 from ssgp_ppl.linalg import check_finite
 from ssgp_ppl.metrics import likelihood_metrics, regression_metrics
-from ssgp_ppl.posterior import Handoff, Posterior
+from ssgp_ppl.posterior import Handoff, Posterior, stop_text
 from ssgp_ppl.predictive import check_test_inputs
 
 
@@ -158,6 +158,7 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
         fit_seconds, predict_seconds = fit_seconds + predict_seconds, 0.0
     info = dataclasses.replace(post.info, fit_seconds=fit_seconds, predict_seconds=predict_seconds,
                                loo_seconds=post.info.loo_seconds + loo_seconds)
+    dt.attrs.update(datatree.stop_attrs(info))
     return post.replace(test=pred, metrics=metrics, datatree=dt, info=info)
 
 
@@ -185,7 +186,9 @@ def metrics_record(post: Posterior, data: Dataset) -> dict:
     """The ``metrics.json`` record of the CLI's ``fit`` command."""
     info = post.info
     optional = {"objective": info.objective, "beta": info.beta, "steps": info.steps,
-                "converged": info.converged, "interrupted": info.interrupted}
+                "converged": info.converged, "improvement_per_1k": info.improvement,
+                "improvement_se": info.improvement_se, "tolerance_per_1k": info.tolerance,
+                "stop": stop_text(info), "interrupted": info.interrupted}
     return {"model": post.model, "method": post.method, "dataset": post.dataset,
             "n_train": data.n_train, "n_test": data.n_test,
             **{k: float(v) for k, v in post.metrics.items()},

@@ -50,7 +50,10 @@ class FitInfo:
     predict_seconds: float = 0.0
     loo_seconds: float = 0.0  # densities and pointwise log-likelihoods for PSIS-LOO
     steps: int | None = None  # SVI/ML steps, NCVMP iterations
-    converged: bool | None = None
+    converged: bool | None = None  # SVI / type-II: by the stop rule (ssgp_ppl.inference); NCVMP: its bound
+    improvement: float | None = None  # SVI / type-II: the loss's improvement per 1,000 steps at the
+    improvement_se: float | None = None  # end, its standard error and the rule's tolerance (nats)
+    tolerance: float | None = None
     interrupted: bool | None = None  # stopped by Ctrl-C after a whole chunk (checkpointed fits)
     stop_signal: str | None = None  # the signal that stopped it (SIGINT, SIGTERM, SIGHUP)
     objective: str | None = None  # SVI objective and its β
@@ -76,6 +79,29 @@ class FitInfo:
     path_pareto_k_bad: tuple[int, ...] | None = None  # rows whose PSIS k̂ exceeds good_k
     path_noise: tuple[float | None, ...] | None = None  # posterior mean σ_n (standardised)
     stacked_loo: float | None = None
+
+
+def stop_text(info: FitInfo) -> str | None:
+    """How an iterative fit stopped, in words (None for a fit without a stop rule): converged, or
+    stopped by the step budget with the objective's improvement per 1,000 steps at the end (a
+    posterior saved without that reading says "unknown")."""
+    if info.converged is None:
+        return None
+    if info.interrupted:
+        return f"stopped by {info.stop_signal or 'SIGINT'} at step {info.steps}"
+    if info.bound is not None:  # NCVMP's bound-based rule
+        return ("converged (relative increase of the bound below its tolerance)" if info.converged
+                else "stopped by the iteration budget before the bound converged")
+    if info.improvement is None:
+        return ("converged" if info.converged else "stopped by the step budget") + \
+            " (improvement per 1,000 steps unknown)"
+    tol = "" if info.tolerance is None else f"; tolerance {info.tolerance:.3g}"
+    rate = f"{info.improvement:.3g} ± {info.improvement_se or 0.0:.2g} nats per 1,000 steps{tol}"
+    if info.converged:
+        return f"converged (improvement {rate})"
+    if info.improvement > 0:
+        return f"stopped by the step budget, objective still improving by {rate}"
+    return f"stopped by the step budget, not shown to have converged (improvement {rate})"
 
 
 @dataclass(frozen=True)

@@ -568,11 +568,21 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
     cols = ["method", "rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90",
             "fit_seconds", "predict_seconds"]
     rows = [{**r, "method": _label(r, ref_label)} for r in records]
+    stops = [{"method": row["method"], "steps": r.get("steps", ""), "stop": r["stop"]}
+             for row, r in zip(rows, records, strict=True) if "stop" in r]
     parts = [f"<h1>{html.escape(entry.name)} on {html.escape(data.name)}</h1>",
              f"<p>{html.escape(entry.description)}<br>n_train = {data.n_train}, "
              f"n_test = {data.n_test}, split {data.split}, seed {seed}. Metrics on the test set "
              "in original units of the target; MNLP and CRPS lower is better.</p>",
              "<h2>Predictive metrics (test set)</h2>", _table(rows, cols)]
+    if stops:
+        parts += ["<h2>How each fit stopped</h2>",
+                  "<p>SVI and type-II fits: converged when the upper bound (estimate + 2 SE) of "
+                  "the loss's improvement per 1,000 steps, a least-squares slope over the last "
+                  "half of the trace, is below the tolerance (tol × n nats); otherwise the step "
+                  "budget stopped them while the objective may still improve. NCVMP stops on the "
+                  "relative increase of its bound.</p>",
+                  _table(stops, ["method", "steps", "stop"])]
     cov = [{"method": row["method"], **{f"{lv:.0%}": e for lv, e in zip(
         r["coverage_curve"]["nominal"], r["coverage_curve"]["empirical"], strict=True)}}
         for row, r in zip(rows, records, strict=True)]

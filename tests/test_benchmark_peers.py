@@ -115,14 +115,14 @@ def test_full_batch_cost_and_the_entries_it_skips(tmp_path):
     cost = doc["cost"]
     assert cost["svbssgp"] is None and cost["vssgp"] is None  # partition-sampled: a of p blocks
     steps, ncvmp = "steps × paths × n × (2m)²", "iterations × n × m² × d²"
-    assert cost["svbssgp_collapsed"] == [6000 * 1000 * 100**2, steps]  # 6,000 steps, m = 50
-    assert cost["ssgp_svi"] == [8000 * 8 * 1000 * 20**2, steps]  # 8,000 steps, 8 paths, m = 10
-    assert cost["ssgp"] == [3000 * 1000 * 40**2, steps]
+    assert cost["svbssgp_collapsed"] == [35000 * 1000 * 100**2, steps]  # 35,000 steps, m = 50
+    assert cost["ssgp_svi"] == [25000 * 8 * 1000 * 20**2, steps]  # 25,000 steps, 8 paths, m = 10
+    assert cost["ssgp"] == [60000 * 1000 * 40**2, steps]
     assert cost["tan_va"] == [(500 + 10 * 2) * 1000 * 20**2 * 8**2, ncvmp]  # max_iter + 10 × 2
-    rec = doc["rec"]  # pendulum, 315 rows: 6000 × 315 × 100² = 1.9e10 > 1e9
+    rec = doc["rec"]  # pendulum, 315 rows: 20000 × 315 × 100² = 6.3e10 > 1e9
     assert "nmse" not in rec
     assert rec["skipped"].startswith(f"every step sees all 315 rows: {steps} = ")
-    assert "1.9e+10" in rec["skipped"] and doc["summary"] == {}
+    assert "6.3e+10" in rec["skipped"] and doc["summary"] == {}
     assert json.loads((tmp_path / "pendulum" / "vssgp_collapsed.json").read_text()) == rec
 
 

@@ -113,6 +113,29 @@ def test_corrupt_checkpoint_is_a_clear_error(problem, tmp_path, damage):
         _run(problem, ck._replace(resume=True), steps=100)
 
 
+def test_a_checkpoint_of_the_previous_format_is_refused_with_a_clear_error(problem, tmp_path):
+    """Format 1 kept another stop rule's state (per-chunk noise variances): it is refused, saying
+    which format this version reads and what to do, never resumed with a wrong monitor."""
+    import io
+    import json
+    import zipfile
+
+    ck = Checkpoint(tmp_path / "ck.npz", fingerprint=FP)
+    _run(problem, ck, steps=200)
+    with np.load(ck.path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["meta"].tobytes().decode())
+    arrays["meta"] = np.frombuffer(json.dumps({**meta, "format": 1}).encode(), np.uint8)
+    arrays["noise_var"] = arrays.pop("mids")
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    ck.path.write_bytes(buf.getvalue())
+    assert zipfile.is_zipfile(ck.path)
+    with pytest.raises(SSGPError, match=r"has format 1; this version reads format 2 .*delete the "
+                                        r"file to start afresh"):
+        _run(problem, ck._replace(resume=True), steps=200)
+
+
 def test_missing_checkpoint_is_an_error_not_a_fresh_start(problem, tmp_path):
     with pytest.raises(SSGPError, match="no checkpoint at .*nothing to resume"):
         _run(problem, Checkpoint(tmp_path / "none.npz", fingerprint=FP, resume=True))

@@ -13,8 +13,8 @@ from ssgp_ppl.cli import main
 
 EXE = [sys.executable, "-m", "ssgp_ppl.cli"]
 KEYS = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnlp", "crps",
-        "coverage_50", "coverage_90", "nll", "steps", "converged", "interrupted", "fit_seconds",
-        "predict_seconds"]
+        "coverage_50", "coverage_90", "nll", "steps", "converged", "improvement_per_1k",
+        "improvement_se", "tolerance_per_1k", "stop", "interrupted", "fit_seconds", "predict_seconds"]
 
 
 def run(*args, **kw):
@@ -31,8 +31,14 @@ def test_fit_ssgp_pendulum_end_to_end(tmp_path):
     assert rec["n_train"] == 315 and rec["n_test"] == 315 and rec["method"] == "ml"
     assert 0 < rec["nmse"] < 1
     assert "nmse" in r.stdout and "ssgp" in r.stdout  # the printed table
+    # 800 type-II steps: the marginal likelihood still climbs (~16 nats per 1,000 steps at 3,000)
+    assert rec["converged"] is False and rec["improvement_per_1k"] > rec["tolerance_per_1k"]
+    assert rec["stop"].startswith("stopped by the step budget, objective still improving by")
+    assert f"ml: {rec['stop']}" in r.stdout
     dt = xr.open_datatree(out / "posterior.nc", engine="h5netcdf")
     assert dt.attrs["model"] == "ssgp"
+    assert dt.attrs["stop"] == rec["stop"] and dt.attrs["converged"] == 0
+    assert dt.attrs["improvement_per_1k"] == pytest.approx(rec["improvement_per_1k"])
     assert dt["predictions"]["f_mean"].shape == (1, 1, 315)
     assert np.isfinite(dt["posterior"]["noise"].values).all()
 

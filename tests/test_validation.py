@@ -264,7 +264,7 @@ def test_a_checkpoint_header_claiming_a_huge_array_is_refused(tmp_path):
     header = _io.BytesIO()
     np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False,
                                                   "shape": (10**11,)})
-    meta = json.dumps({"format": 1, "leaves": 1, "done": 0}).encode()
+    meta = json.dumps({"format": 2, "leaves": 1, "done": 0}).encode()
     meta_npy = _io.BytesIO()
     np.save(meta_npy, np.frombuffer(meta, np.uint8))
     with zipfile.ZipFile(path, "w") as z:

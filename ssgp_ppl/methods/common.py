@@ -102,7 +102,9 @@ def finish(entry, data, method: str, model, guide, params, res, *, spec, partiti
         loc, tril = jax.vmap(lambda d: guide.nuisance_conditional(params, d))(draws)
         rule_sites.update(nuisance=loc, nuisance_tril=tril)
     fit_info = FitInfo(fit_seconds=fit_seconds, loo_seconds=loo_seconds, steps=res.steps,
-                       converged=res.converged, interrupted=res.interrupted,
+                       converged=res.converged, improvement=res.improvement,
+                       improvement_se=res.improvement_se, tolerance=res.tolerance,
+                       interrupted=res.interrupted,
                        stop_signal=res.stop_signal,
                        partitions=None if partitions is None else partitions.count,
                        objective=objective, beta=beta)

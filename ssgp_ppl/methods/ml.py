@@ -7,7 +7,7 @@ import time
 
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import EmptyGuide, MAPGuide
-from ssgp_ppl.inference import Schedule, run_svi
+from ssgp_ppl.inference import TOL_PER_POINT, Schedule, run_svi
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
 from ssgp_ppl.posterior import Posterior
@@ -18,7 +18,8 @@ class MLSettings(Settings):
     steps: int = setting(int, 3000, "Adam steps on the marginal likelihood (upper bound)", low=1)
     lr: float = setting((int, float), 0.02, "Adam step size", low=0, open_low=True)
     chunk: int = setting(int, 250, "steps per jitted scan", low=1)
-    tol: float = setting((int, float), 1e-6, "relative change of the smoothed loss to stop", low=0)
+    tol: float = setting((int, float), TOL_PER_POINT, "stop when the loss improves by "
+                         "less than this many nats per training row per 1,000 steps", low=0)
     min_steps: int = setting(int, 0, "no convergence stop before this many steps", low=0)
 
     def schedule(self, steps: int | None = None) -> Schedule:

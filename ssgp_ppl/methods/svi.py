@@ -11,7 +11,7 @@ from numpyro.infer import Trace_ELBO
 
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import PSI, NumPyroAutoGuide, guide_standardises_itself, known_guides, make_guide
-from ssgp_ppl.inference import Batching, Schedule, reparam_for_nuts, run_svi, run_svi_paths
+from ssgp_ppl.inference import TOL_PER_POINT, Batching, Schedule, reparam_for_nuts, run_svi, run_svi_paths
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
 from ssgp_ppl.objectives import GRADIENTS, OBJECTIVES, make_objective
@@ -45,7 +45,8 @@ class SVISettings(Settings):
     batch_size: int = setting(int, 0, "minibatch rows per step; 0 = all", low=0)
     num_particles: int = setting(int, 1, "ELBO Monte Carlo particles per step", low=1)
     chunk: int = setting(int, 250, "steps per jitted scan", low=1)
-    tol: float = setting((int, float), 1e-5, "relative change of the smoothed loss to stop", low=0)
+    tol: float = setting((int, float), TOL_PER_POINT, "stop when the loss improves by "
+                         "less than this many nats per training row per 1,000 steps", low=0)
     min_steps: int = setting(int, 0, "no convergence stop before this many steps", low=0)
     noncentred: bool = setting(bool, False, "fit the non-centred frequencies θ·2πℓ (standard "
                                "normal a priori under the SE density) instead of θ; the joint_affine "
