@@ -2,9 +2,10 @@
 
 For each target (a fully Bayesian catalog entry × a bundled data set), K independent tempered-SMC
 runs of the entry's reference target, each from the prior with its own seed, in groups of runs
-vmapped in one jit; every finished group is checkpointed (``--checkpoints``, one ``.npz`` a run,
-written atomically), so a computation can span several sittings: run the same command again and
-it continues. When all K runs are there, the pooled posterior (each run one chain, thinned to
+vmapped in one jit (each group after its own adaptive pilot run, whose kernels it reuses: Ẑ of a
+fixed kernel sequence is unbiased); every finished group is checkpointed (``--checkpoints``, one
+``.npz`` a run, written atomically, small enough to commit), so a computation can span several
+sittings and machines: run the same command again and it continues. When all K runs are there, the pooled posterior (each run one chain, thinned to
 ``--draws`` a run), each run's test MNLP, the importance-sampling check of log Z and the verdict
 (:func:`ssgp_ppl.gold.verdict`) are computed and the reference is stored under
 ``ssgp_ppl/references/v<format>/`` with its provenance.
@@ -127,7 +128,9 @@ def main(argv=None) -> int:
     p.add_argument("--particles", type=int)
     p.add_argument("--mcmc-steps", type=int)
     p.add_argument("--draws", type=int, default=DRAWS_PER_RUN)
-    p.add_argument("--checkpoints", default=str(ROOT / "runs" / "gold"))
+    p.add_argument("--checkpoints", default=str(ROOT / "reports" / "gold" / "runs"),
+                   help="one .npz a finished run, by target hash (committed: a later sitting, "
+                   "on another machine, continues from them)")
     p.add_argument("--max-minutes", type=float, default=float("inf"),
                    help="start no new group of runs after this (the sitting's budget)")
     args = p.parse_args(argv)
