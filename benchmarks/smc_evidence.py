@@ -15,6 +15,7 @@ Usage: python benchmarks/smc_evidence.py [gaussian] [pendulum] [pendulum-is] [--
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -89,10 +90,12 @@ def gaussian_record(name: str, cfg: dict, seeds: int) -> dict:
             "acceptance": float(np.mean([r.acceptance for r in runs]))}
 
 
-def pendulum_target():
+def pendulum_target(spectral_points=None):
     """(log prior, log likelihood, model, x, y, λ columns) of the tan_va reference target on
-    pendulum, as the smc method builds it (entry's spectral set, s integrated out). Its posterior
-    is symmetric under λ → −λ (cos unchanged, sin's sign taken by s ~ N(0, σ²/m I))."""
+    pendulum, as the smc method builds it (entry's spectral set, s integrated out), or with the
+    given spectral points (the entry's set is drawn in the current float width, and float32 and
+    float64 draw different sets). Its posterior is symmetric under λ → −λ (cos unchanged, sin's
+    sign taken by s ~ N(0, σ²/m I))."""
     import jax.numpy as jnp
 
     from ssgp_ppl.datasets import load
@@ -104,6 +107,8 @@ def pendulum_target():
     entry = load_entry("tan_va")
     data = load("pendulum", x_scaling=entry.config["data"]["x_scaling"])
     spec = common.spec_for(entry, data, None)
+    if spectral_points is not None:
+        spec = dataclasses.replace(spec, spectral_points=jnp.asarray(spectral_points))
     model, _ = target_model(entry, spec, None, SMC.settings(entry).collapse)
     x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
     log_prior, log_lik, unravel, names, _ = potentials(model, x, y)
@@ -137,8 +142,16 @@ def pendulum_records(seed: int = 0) -> list[dict]:
     proposal fitted to all saved particles and their mirror images (λ → −λ)."""
     from ssgp_ppl.evidence import importance_log_evidence
 
+    jax.config.update("jax_enable_x64", PENDULUM_X64)  # the runs' spectral set, then float64
+    from ssgp_ppl.datasets import load
+    from ssgp_ppl.entry import load_entry
+    from ssgp_ppl.methods import common
+
+    entry = load_entry("tan_va")
+    data = load("pendulum", x_scaling=entry.config["data"]["x_scaling"])
+    points = np.asarray(common.spec_for(entry, data, None).spectral_points, np.float64)
     jax.config.update("jax_enable_x64", True)
-    log_prior, log_lik, _, _, _, lam = pendulum_target()
+    log_prior, log_lik, _, _, _, lam = pendulum_target(points)
     saved = {n: dict(np.load(RUNS / f"{n}.npz")) for n in PENDULUM if (RUNS / f"{n}.npz").exists()}
     pooled = np.concatenate([np.concatenate(list(v["positions"])) for v in saved.values()])
     mirrored = pooled.copy()
