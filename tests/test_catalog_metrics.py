@@ -13,6 +13,8 @@ from ssgp_ppl.pipeline import fit, metrics_record
 
 ARCHIVE = Path(__file__).resolve().parent.parent / "reports" / "catalog_metrics.json"
 METRICS = ("rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90", "nll")
+REL_SPREAD = 2e-3  # relative: across machines of this class (measured 4.2e-4, see below)
+STEP_SPREAD = 500  # steps: two chunks of the stop rule
 CASES = [("ssgp", "ml", "pendulum"), ("ssgp_fixed", "ml", "autompg"),
          ("vssgp", "svi", "autompg"), ("tan_va", "ncvmp", "autompg")]
 
@@ -24,9 +26,13 @@ def test_archived_catalog_metrics_are_reproduced(model, method, dataset):
                 == (model, method, dataset, 0))
     data = load(dataset, split=0)
     got = metrics_record(fit(load_entry(model), data, method, seed=0, progress=False), data)
-    # float noise only: the same computation on this machine class agrees to ~1e-8; 1e-4 leaves
-    # room for rounding that a long optimisation carries, far below what a changed method moves
+    # float noise only. The same machine reproduces its own run to ~1e-8, but another machine of
+    # this class (other CPU features, other thread count) gave tan_va-ncvmp-autompg's RMSE
+    # 2.99170 against 2.99296 archived: 4.2e-4 relative, from float32 rounding carried through a
+    # long optimisation. REL_SPREAD leaves ~5x that room, still far below what a changed method
+    # moves; the stop rule reads the loss trace, so its step can move by a chunk or two as well.
     for k in METRICS:
         if k in want:
-            assert got[k] == pytest.approx(want[k], rel=1e-4), (k, got[k], want[k])
-    assert got.get("steps") == want.get("steps")
+            assert got[k] == pytest.approx(want[k], rel=REL_SPREAD), (k, got[k], want[k])
+    if want.get("steps") is not None:
+        assert abs(got["steps"] - want["steps"]) <= STEP_SPREAD, (got["steps"], want["steps"])

@@ -207,7 +207,7 @@ def test_correlated_gaussian_target_is_exact(x64):
 def test_dense_mass_log_evidence_unbiased_on_correlated_gaussian(x64):
     """On the 11-d Gaussian with posterior correlation 0.998 (exact log Z), the mean log Ẑ error of
     20 independent runs with the dense mass (kernels from a pilot run) is within 3 standard errors
-    of 0. Adapting the dense mass on the particles it moves puts it at +0.5 nats here (> 10 se)."""
+    of 0. Adapting the dense mass on the particles it moves puts it at +0.6 nats here (> 10 se)."""
     from ssgp_ppl.evidence import correlated_gaussian
     from ssgp_ppl.smc import tempered_smc_runs
 

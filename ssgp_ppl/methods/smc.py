@@ -58,7 +58,7 @@ class SMCSettings(Settings):
                         "covariance (dense), their variances (diag), or auto: dense up to "
                         f"{DENSE_MASS_MAX_DIM} dimensions, diagonal above",
                         choices=MASS_CHOICES)
-    pilot: bool = setting(bool, True, "one adaptive pilot run first, whose temperatures, step "
+    pilot: bool = setting(bool, False, "one adaptive pilot run first, whose temperatures, step "
                           "sizes and masses the runs reuse (their log evidence unbiased)")
     collapse: bool = setting(bool, True, "integrate s out under the Gaussian likelihood and "
                              "draw it from its exact conditional afterwards")
