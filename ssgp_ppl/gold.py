@@ -10,8 +10,9 @@ under :data:`GOLD_DIR` as ``posterior.nc`` (a :class:`~ssgp_ppl.posterior.Poster
 
 A stored reference matches a comparison only when what the reference conditions on is the same:
 :func:`target_key` hashes the entry's ``[model]`` and ``[data]`` tables, the data set's name,
-split and training/test rows, and the arrays the entry's own method hands the reference
-(spectral points NCVMP kept, type-II estimates). Anything else gets the on-the-fly reference.
+split and training/test rows, and the type-II estimates handed over; the fixed spectral points
+(the entry's own, or those NCVMP kept) are compared within float32 rounding
+(:func:`target_points`). Anything else gets the on-the-fly reference.
 
 The verdict's thresholds live here, once; the report and the docs quote them from here.
 """
@@ -62,15 +63,58 @@ def target_key(entry, data, handoff=None) -> dict:
     configuration, the data set's name, split and rows (hashed at :data:`BITS` mantissa bits),
     and the hashed arrays the entry's own method hands over."""
     given = {}
-    if handoff is not None:
-        if handoff.spectral_points is not None:
-            given["spectral_points"] = _rounded_sha(handoff.spectral_points)
-        if handoff.type2 is not None:
-            given["type2"] = _rounded_sha(*[handoff.type2[k] for k in sorted(handoff.type2)])
+    if handoff is not None and handoff.type2 is not None:
+        given["type2"] = _rounded_sha(*[handoff.type2[k] for k in sorted(handoff.type2)])
     return {"model": entry.config["model"], "data_config": entry.config["data"],
             "dataset": data.name, "split": int(data.split),
             "rows": _rounded_sha(data.x_train, data.y_train, data.x_test, data.y_test),
             "given": given}
+
+
+POINTS_RTOL = 1e-6  # spectral points match to float32 rounding (compared, not hashed)
+
+
+def target_points(entry, data, handoff=None) -> np.ndarray | None:
+    """The fixed spectral points of the target (the entry's own, drawn from its seed in the float
+    width in force, or the ones handed over), None for free frequencies. Compared within
+    :data:`POINTS_RTOL` rather than hashed: a float32 draw cast to float64 is the same target."""
+    from ssgp_ppl.methods import common
+
+    pts = common.spec_for(entry, data, handoff).spectral_points
+    return None if pts is None else np.asarray(pts, np.float64)
+
+
+def comparison_handoff(entry, data, *, seed: int = 0, progress: bool = False):
+    """What a default (float32) ``compare`` hands its reference, as a
+    :class:`~ssgp_ppl.posterior.Handoff` for sampling in either float width: the entry's own
+    method's hand-over fitted in float32 (NCVMP chooses among spectral sets drawn in float32),
+    and the fixed spectral points as a float32 comparison has them. The float width in force is
+    restored."""
+    import dataclasses
+
+    import jax
+
+    from ssgp_ppl import methods
+    from ssgp_ppl.methods import common
+    from ssgp_ppl.pipeline import prerequisites
+
+    previous = bool(jax.config.read("jax_enable_x64"))
+    jax.config.update("jax_enable_x64", False)
+    try:
+        handoff = prerequisites(entry, data, methods.reference(), seed=seed, progress=progress)
+        points = common.spec_for(entry, data, handoff).spectral_points
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+    if points is None:
+        return handoff
+    return dataclasses.replace(handoff, spectral_points=np.asarray(points, np.float64))
+
+
+def _same_points(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=POINTS_RTOL, atol=POINTS_RTOL))
 
 
 def target_hash(key: dict) -> str:
@@ -121,8 +165,13 @@ def stored(root: Path | None = None) -> list[GoldReference]:
 def find(entry, data, handoff=None, root: Path | None = None) -> GoldReference | None:
     """The stored gold reference whose target is this comparison's (:func:`target_key`), or None."""
     want = target_hash(target_key(entry, data, handoff))
-    return next((g for g in stored(root) if g.provenance.get("target_hash") == want
-                 and (g.path / "posterior.nc").is_file()), None)
+    candidates = [g for g in stored(root) if g.provenance.get("target_hash") == want
+                  and (g.path / "posterior.nc").is_file()]
+    if not candidates:
+        return None
+    points = target_points(entry, data, handoff)
+    return next((g for g in candidates if _same_points(g.provenance.get("spectral_points"), points)),
+                None)
 
 
 # ------------------------------------------------------------------------------------ verdict
@@ -279,6 +328,8 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
     pooled.replace(datatree=None, test=None, metrics=None).save(out / "posterior.nc")
     provenance = {
         "format": GOLD_FORMAT, "target_hash": h, "target": key, "entry": entry.name,
+        "spectral_points": None if (pts := target_points(entry, data, handoff)) is None
+        else pts.tolist(),
         "dataset": data.name, "split": int(data.split),
         "method": f"tempered SMC (blackjax), {len(results)} independent runs from the prior, "
                   "pooled with equal weights",

@@ -97,17 +97,15 @@ def tiny_gold(tmp_path_factory, pendulum_minmax):
     temporary folder."""
     import jax
 
-    from ssgp_ppl import methods
     from ssgp_ppl.methods import common
     from ssgp_ppl.methods.smc import target_model
-    from ssgp_ppl.pipeline import prerequisites
     from ssgp_ppl.smc import tempered_smc_runs
 
     previous = bool(jax.config.read("jax_enable_x64"))
+    entry, data = small(load_entry("tan_va_svi"), pendulum_minmax)
+    handoff = gold.comparison_handoff(entry, data)  # the float32 comparison's spectral points
     jax.config.update("jax_enable_x64", True)
     try:
-        entry, data = small(load_entry("tan_va_svi"), pendulum_minmax)
-        handoff = prerequisites(entry, data, methods.reference(), progress=False)
         model, _ = target_model(entry, common.spec_for(entry, data, handoff), None, True)
         runs = tempered_smc_runs(model, data.x_train, data.y_train, runs=4, particles=256,
                                  mcmc_steps=10, seed=3)
@@ -121,9 +119,28 @@ def tiny_gold(tmp_path_factory, pendulum_minmax):
 
 
 def test_stored_reference_is_found_and_holds_its_runs(tiny_gold):
+    """Found for the float32 comparison's target, not for another model or other spectral
+    points (the same entry's points drawn in float64 are another target)."""
+    import dataclasses
+
+    import jax
+
+    from ssgp_ppl.posterior import Handoff
+
     entry, data, g, runs = tiny_gold
     assert gold.find(entry, data, root=g.path.parent).path == g.path
     assert gold.find(entry.with_overrides(["model.m=5"]), data, root=g.path.parent) is None
+    points = np.asarray(g.provenance["spectral_points"])
+    moved = Handoff(spectral_points=points * (1 + 1e-4))
+    assert gold.find(entry, data, moved, root=g.path.parent) is None
+    assert gold.find(entry, data, dataclasses.replace(moved, spectral_points=points),
+                     root=g.path.parent).path == g.path
+    previous = bool(jax.config.read("jax_enable_x64"))
+    jax.config.update("jax_enable_x64", True)
+    try:
+        assert gold.find(entry, data, root=g.path.parent) is None
+    finally:
+        jax.config.update("jax_enable_x64", previous)
     prov = json.loads((g.path / "gold.json").read_text())
     assert prov["runs"] == 4 and prov["verdict"]["log_evidence"] == pytest.approx(
         [r.log_evidence for r in runs])
@@ -173,19 +190,18 @@ def test_stored_gold_references_are_what_they_say(folder, x64):
     """Every gold reference shipped with the package: small (≤ 5 MB), its data and entry still
     the catalog's (target hash), and its R-hat and ESS recomputed from the stored draws equal the
     stored verdict's."""
-    from ssgp_ppl import methods
     from ssgp_ppl.calibration import invariant_diagnostics
     from ssgp_ppl.datasets import load
-    from ssgp_ppl.pipeline import evaluate, prerequisites
+    from ssgp_ppl.pipeline import evaluate
 
     g = next(g for g in gold.stored() if g.path.name == folder)
     assert sum(f.stat().st_size for f in g.path.iterdir()) <= 5 * 2**20
     p = g.provenance
     entry = load_entry(p["entry"])
     data = load(p["dataset"], split=p["split"], x_scaling=entry.config["data"]["x_scaling"])
-    handoff = prerequisites(entry, data, methods.reference(), progress=False) \
-        if p["target"]["given"] else None
+    handoff = gold.comparison_handoff(entry, data)
     assert gold.target_hash(gold.target_key(entry, data, handoff)) == p["target_hash"]
+    assert gold.find(entry, data, handoff).path == g.path
     post = evaluate(g.posterior(), data)
     d = invariant_diagnostics(post.datatree["invariants"].to_dataset())
     for stat in ("rhat_max", "ess_bulk_min", "ess_tail_min"):
