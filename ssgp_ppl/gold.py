@@ -63,7 +63,7 @@ def target_key(entry, data, handoff=None) -> dict:
     configuration, the data set's name, split and rows (hashed at :data:`BITS` mantissa bits),
     and the hashed arrays the entry's own method hands over."""
     given = {}
-    if handoff is not None and handoff.type2 is not None:
+    if handoff is not None and handoff.type2:  # {} from a fit with no type-II sites
         given["type2"] = _rounded_sha(*[handoff.type2[k] for k in sorted(handoff.type2)])
     return {"model": entry.config["model"], "data_config": entry.config["data"],
             "dataset": data.name, "split": int(data.split),
