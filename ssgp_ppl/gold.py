@@ -322,6 +322,10 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
     v["temperatures"] = [int(r.temperatures) for r in results]
     v["acceptance"] = [float(r.acceptance) for r in results]
     v["run_log_density"] = [float(a) for a in lp.mean(axis=1)]
+    modes = np.asarray(v["chain_mode"])  # runs grouped as the reference's chains are
+    v["mode_weights"] = [float(np.mean(modes == k)) for k in range(v["modes"])]
+    v["mode_log_density"] = [float(np.mean(np.asarray(v["run_log_density"])[modes == k]))
+                             for k in range(v["modes"])]
     wall = smc_seconds + time.perf_counter() - t0
     out = (GOLD_DIR if root is None else Path(root)) / f"{name or entry.name + '-' + data.name}-{h[:8]}"
     out.mkdir(parents=True, exist_ok=True)
