@@ -144,10 +144,17 @@ class GoldReference:
                 f"{p['wall_seconds'] / 60:.0f} min)")
 
     def posterior(self):
-        """The stored :class:`~ssgp_ppl.posterior.Posterior` (each run one chain)."""
+        """The stored :class:`~ssgp_ppl.posterior.Posterior` (each run one chain), with the runs'
+        log density as its sampler statistics (lp), as a sampler's posterior has them."""
+        import xarray as xr
+
         from ssgp_ppl.api import load
 
-        return load(self.path / "posterior.nc")
+        post = load(self.path / "posterior.nc")
+        if post.log_p is None:
+            return post
+        return post.replace(sample_stats=xr.Dataset({"lp": (("chain", "draw"),
+                                                            np.asarray(post.log_p))}))
 
 
 def stored(root: Path | None = None) -> list[GoldReference]:

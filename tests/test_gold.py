@@ -177,6 +177,9 @@ def test_compare_reuses_the_gold_reference_and_runs_no_smc(tiny_gold, tmp_path, 
     vi = next(r for r in records if "vs_reference" in r)
     assert vi["vs_reference"]["reference_converged"] == g.converged
     assert "replicate_floor" in ref  # the gold's own two halves of runs
+    chains = next(r for r in records if r["method"] == "smc-chains-stacked")["paths"]
+    assert chains["objective_kind"] == ["log_density"] * 4  # each run: −mean lp, never inf
+    assert np.isfinite(chains["objective"]).all()
     html = (tmp_path / "report.html").read_text()
     assert g.label() in html and gold.criteria_text()[:40] in html
 
