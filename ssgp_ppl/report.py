@@ -355,7 +355,7 @@ def _evaluate_record(r, label: str, data: Dataset, y_test, readings: dict) -> di
     return rec
 
 
-def _gold_record(g, post: Posterior) -> dict:
+def _gold_record(g) -> dict:
     """The reference record of a stored gold reference: its stored verdict, provenance and the
     label the tables use."""
     d = dict(g.verdict)
@@ -424,7 +424,7 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             with step(f"{label}: coverage and PSIS-LOO", progress):
                 rec = _evaluate_record(r, label, data, y_test, readings)
             if r is res and methods.get(method).reference:
-                rec["reference"] = _gold_record(g, r) if g is not None else \
+                rec["reference"] = _gold_record(g) if g is not None else \
                     reference_health(r.datatree, r.info)
                 rec["reference"]["chain_loo"] = chain_loo(r.datatree)
             if r.info.paths:
@@ -459,6 +459,12 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     return records
 
 
+def _health_rows(d: dict) -> list[dict]:
+    """A reference verdict's worst R-hat and smallest bulk / tail ESS, one row per invariant."""
+    return [{"quantity": q, "rhat_max": d["rhat_max"][q], "ess_bulk_min": d["ess_bulk_min"][q],
+             "ess_tail_min": d["ess_tail_min"][q]} for q in d["rhat_max"]]
+
+
 def _gold_html(d: dict) -> list[str]:
     """The gold reference's section: its verdict and reasons, provenance, per-run agreement
     (log evidence, test MNLP), the importance-sampling check and the invariants' diagnostics."""
@@ -482,8 +488,7 @@ def _gold_html(d: dict) -> list[str]:
     per_run = [{"run": k, "log Ẑ": d["log_evidence"][k], "test MNLP": d["run_nlpd"][k],
                 "temperatures": d["temperatures"][k], "mode": d["chain_mode"][k]}
                for k in range(d["runs"])]
-    health = [{"quantity": q, "rhat_max": d["rhat_max"][q], "ess_bulk_min": d["ess_bulk_min"][q],
-               "ess_tail_min": d["ess_tail_min"][q]} for q in d["rhat_max"]]
+    health = _health_rows(d)
     return [f"<h2>Reference: {html.escape(d['label'])}</h2>",
             f"<p><b>{html.escape(status)}</b>. A gold reference is computed once with a large "
             "budget (independent tempered-SMC runs from the prior, each one chain here), checked "
@@ -614,8 +619,7 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
             flat.update(particles=d["particles"], temperatures=str(d["temperatures"]),
                         log_evidence=", ".join(f"{v:.2f}" for v in d["log_evidence"]),
                         runs_rhat=d["runs_rhat"])
-        health = [{"quantity": q, "rhat_max": d["rhat_max"][q], "ess_bulk_min": d["ess_bulk_min"][q],
-                   "ess_tail_min": d["ess_tail_min"][q]} for q in d["rhat_max"]]
+        health = _health_rows(d)
         modes = [{"mode": k, "chains": str([c for c, mk in enumerate(d["chain_mode"]) if mk == k]),
                   "weight (share of chains)": d["mode_weights"][k],
                   "mean log density": d["mode_log_density"][k]} for k in range(d["modes"])]
