@@ -35,7 +35,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer import Predictive
-from numpyro.infer.util import initialize_model
+from numpyro.infer.util import initialize_model, log_density
 
 from ssgp_ppl.errors import SSGPError
 
@@ -77,24 +77,33 @@ def _observed_hidden(model):
 
 def potentials(model, x, y, seed: int = 0):
     """(log prior, log likelihood, unravel, latent names, transforms) of ``model`` at (x, y) on
-    the flat unconstrained vector, the log prior including the Jacobian of the transforms; a
-    non-finite log likelihood (a failed factorisation at an extreme draw) counts as −∞."""
+    the flat unconstrained vector, the log prior including the log Jacobian of the transforms (a
+    normalised density in the unconstrained space, the one the prior draws follow); a non-finite
+    log likelihood (a failed factorisation at an extreme draw) counts as −∞.
+
+    The prior is the model's log density with its observed sites hidden, evaluated at the
+    constrained values, plus the Jacobian computed here: NumPyro adds the Jacobian of a
+    constrained site as an observed factor site, which hiding the observed sites would drop (and
+    the likelihood would then carry it, so the tempered path p(z) p(y | z)^β would be wrong)."""
     key = jax.random.PRNGKey(seed)
     full = initialize_model(key, model, model_args=(x, y), dynamic_args=False)
-    prior = initialize_model(key, _observed_hidden(model), model_args=(x, y), dynamic_args=False)
     z0 = full.param_info.z
     if not z0:
         raise SSGPError("tempered SMC needs latent sample sites; this model has none")
     _, unravel = ravel_pytree(z0)
     trace = full.model_trace
     transforms = {k: biject_to(trace[k]["fn"].support) for k in z0}
+    prior_model = _observed_hidden(model)
 
     def log_prior(flat):
-        return -prior.potential_fn(unravel(flat))
+        z = unravel(flat)
+        value = {k: transforms[k](u) for k, u in z.items()}
+        log_jacobian = sum(jnp.sum(transforms[k].log_abs_det_jacobian(u, value[k]))
+                           for k, u in z.items())
+        return log_density(prior_model, (x, y), {}, value)[0] + log_jacobian
 
     def log_lik(flat):  # a failed likelihood (non-finite) weighs nothing
-        z = unravel(flat)
-        value = prior.potential_fn(z) - full.potential_fn(z)
+        value = -full.potential_fn(unravel(flat)) - log_prior(flat)
         return jnp.where(jnp.isfinite(value), value, -jnp.inf)
 
     return log_prior, log_lik, unravel, tuple(z0), transforms

@@ -236,3 +236,45 @@ def test_importance_log_evidence_conjugate(x64, conjugate):
     assert khat < 0.5
     assert 0 < se < 0.05
     assert abs(log_z - exact) < 4 * se, (log_z, exact, se)
+
+
+def scale_model(x, y=None, *, a=3.0, b=2.0):
+    """yᵢ ~ N(0, v), v ~ InverseGamma(a, b): a positive site, sampled as log v."""
+    v = numpyro.sample("v", dist.InverseGamma(a, b))
+    numpyro.sample("y", dist.Normal(0.0, jnp.sqrt(v)).expand([len(y)]).to_event(1), obs=y)
+
+
+def scale_log_evidence(y, a=3.0, b=2.0) -> float:
+    """log p(y) of :func:`scale_model`, exact: b^a Γ(a + n/2) / (Γ(a) (2π)^{n/2} (b + Σy²/2)^{a+n/2})."""
+    from scipy.special import gammaln
+
+    n, a_n = len(y), a + len(y) / 2
+    return float(a * math.log(b) + gammaln(a_n) - gammaln(a) - n / 2 * math.log(2 * math.pi)
+                 - a_n * math.log(b + (y**2).sum() / 2))
+
+
+def test_log_prior_is_normalised_on_the_unconstrained_space(x64):
+    """For a positive site the log prior carries the Jacobian of exp: it integrates to 1 over
+    log v (quadrature), and the log likelihood is exactly log p(y | v), without the Jacobian."""
+    y = np.array([0.5, -1.2, 2.0])
+    log_prior, log_lik, *_ = potentials(scale_model, None, jnp.asarray(y))
+    u = np.linspace(-30, 30, 60_001)
+    lp = np.asarray(jax.vmap(log_prior)(jnp.asarray(u)[:, None]))
+    assert logsumexp(lp) + math.log(u[1] - u[0]) == pytest.approx(0.0, abs=1e-8)
+    v = 1.7
+    want = float(dist.Normal(0.0, math.sqrt(v)).log_prob(jnp.asarray(y)).sum())
+    assert float(log_lik(jnp.array([math.log(v)]))) == pytest.approx(want, rel=1e-10)
+
+
+def test_log_evidence_with_a_constrained_site(x64):
+    """Tempering p(v) p(y | v)^β over a positive site: the mean log Ẑ of 12 runs is within 3
+    standard errors of the exact log p(y). With the Jacobian in the likelihood instead of the prior
+    the tempered path is wrong and the estimate is off by −0.44 nats here (19 se)."""
+    from ssgp_ppl.smc import tempered_smc_runs
+
+    y = np.random.default_rng(3).normal(scale=1.5, size=30)
+    runs = tempered_smc_runs(scale_model, None, jnp.asarray(y), runs=12, particles=256,
+                             mcmc_steps=5, seed=4)
+    err = np.array([r.log_evidence for r in runs]) - scale_log_evidence(y)
+    se = err.std(ddof=1) / math.sqrt(len(err))
+    assert abs(err.mean()) < 3 * se + 0.01, (err.mean(), se)
