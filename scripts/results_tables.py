@@ -215,6 +215,10 @@ def gold_references() -> str:
         isc = v.get("is_check")
         ess = min(list(v["ess_bulk_min"].values()) + list(v["ess_tail_min"].values()))
         state = "CONVERGED" if v["converged"] else "NOT CONVERGED: " + "; ".join(v["reasons"])
+        if "hours_needed" in v:
+            state += (f"; ~{v['particles_needed']:,} particles a run needed (~{v['hours_needed']:.1f} "
+                      "h here)" + (", **not attainable on this hardware**"
+                                   if v["hours_needed"] > gold.ATTAINABLE_HOURS else ""))
         out.append(
             f"| `{p['entry']}` | {p['dataset']} | {p['runs']} × {p['settings']['particles']} | "
             f"{p['wall_seconds'] / 60:.0f} | {v['log_evidence_mean']:.2f} ± "
@@ -239,7 +243,13 @@ def gold_references() -> str:
              "from a multivariate-t mixture fitted to the particles gives log Z with Pareto k̂ "
              f"**≤ {gold.IS_KHAT_MAX:g}** (Vehtari et al. 2024), and it lies within "
              f"**{gold.IS_MATCH:g}** nats of the runs' mean: agreeing runs could share a bias, "
-             "an independent estimator could not share it."]
+             "an independent estimator could not share it.",
+             "",
+             "A reference that fails on its log evidence says how many particles a run would need "
+             "(the variance of log Ẑ falls as 1/N; Del Moral, Doucet & Jasra 2006) and the hours "
+             "that would take on the machine that computed it; above "
+             f"**{gold.ATTAINABLE_HOURS:g}** hours it is labelled *not attainable on this "
+             "hardware*, and comparisons use its runs pooled with equal weights."]
     return "\n".join(out + ["", "The verdict's thresholds (`ssgp_ppl.gold`):", ""] + rules)
 
 

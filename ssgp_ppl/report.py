@@ -470,10 +470,16 @@ def _gold_html(d: dict) -> list[str]:
     (log evidence, test MNLP), the importance-sampling check and the invariants' diagnostics."""
     status = "CONVERGED" if d["converged"] else "NOT CONVERGED: " + "; ".join(d["reasons"])
     if "particles_needed" in d:
+        hours = d.get("hours_needed")
         status += (f". By the 1/N variance of log Ẑ, about {d['particles_needed']:,} particles a "
-                   "run would be needed: not attainable with the budget it was computed on, and "
-                   "the comparison below is against the spread of its runs pooled with equal "
-                   "weights")
+                   "run would be needed" + ("" if hours is None else
+                                           f" (about {hours:.1f} hours of the machine that "
+                                           "computed it)"))
+        if hours is not None and hours > gold.ATTAINABLE_HOURS:
+            status += (f": not attainable on this hardware (more than {gold.ATTAINABLE_HOURS:g} "
+                       "hours)")
+        status += ("; the comparison below is against the spread of its runs pooled with "
+                   "equal weights")
     st = d["settings"]
     isc = d.get("is_check")
     flat = {"runs": d["runs"], "particles a run": st["particles"],

@@ -218,3 +218,16 @@ def test_stored_gold_references_are_what_they_say(folder, x64):
         for q, value in g.verdict[stat].items():
             assert d[stat][q] == pytest.approx(value, rel=1e-3), (stat, q)
     assert post.metrics["mnlp"] == pytest.approx(g.verdict["pooled_nlpd"], abs=0.01)
+
+
+def test_budget_needed_and_the_unattainable_label(tmp_path):
+    """Twice the allowed sd of log Ẑ needs 4 × the particles and 4 × the time; a reference needing
+    more than ATTAINABLE_HOURS says so in its label."""
+    needed, hours = gold.budget_needed(2 * gold.LOG_Z_SD_MAX, 256, 3600.0)
+    assert (needed, hours) == (1024, pytest.approx(4.0))
+    prov = {"runs": 4, "computed": "2026-11-25T00:00:00", "wall_seconds": 3600.0,
+            "verdict": {"converged": False, "hours_needed": 4.0}}
+    assert "not attainable" not in gold.GoldReference(tmp_path, prov).label()
+    prov["verdict"]["hours_needed"] = gold.ATTAINABLE_HOURS + 1
+    assert gold.GoldReference(tmp_path, prov).label().startswith(
+        "gold reference (NOT CONVERGED, not attainable on this hardware; 4 runs")
