@@ -286,6 +286,24 @@ def machine() -> dict:
             "devices": [d.device_kind for d in jax.devices()], "python": platform.python_version()}
 
 
+def target_potentials(entry, data, handoff=None):
+    """(log prior, log likelihood, flatten) of ``entry``'s reference target on ``data``
+    (:func:`ssgp_ppl.smc.potentials` of :func:`ssgp_ppl.methods.smc.target_model`): densities of
+    the flat unconstrained vector, and ``flatten(sites)`` mapping constrained draws (name ->
+    (n, ...)) to those vectors (n, D)."""
+    import jax.numpy as jnp
+
+    from ssgp_ppl.methods import common
+    from ssgp_ppl.methods.smc import target_model
+    from ssgp_ppl.smc import flatten, potentials
+
+    spec = common.spec_for(entry, data, handoff)
+    model, _ = target_model(entry, spec, None if handoff is None else handoff.type2, True)
+    log_prior, log_lik, _, _, transforms = potentials(model, jnp.asarray(data.x_train),
+                                                      jnp.asarray(data.y_train))
+    return log_prior, log_lik, lambda sites: np.asarray(flatten(sites, transforms))
+
+
 def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws: int = 500,
           is_draws: int = 60_000, name: str | None = None, root: Path | None = None) -> GoldReference:
     """Validate independent tempered-SMC ``results`` (:class:`~ssgp_ppl.smc.SMCResult`, one a run)
@@ -297,11 +315,9 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
     from ssgp_ppl.evidence import importance_log_evidence
     from ssgp_ppl.invariants import count_modes
     from ssgp_ppl.io import write_json
-    from ssgp_ppl.methods import common
-    from ssgp_ppl.methods.smc import runs_posterior, target_model
+    from ssgp_ppl.methods.smc import runs_posterior
     from ssgp_ppl.pipeline import evaluate
     from ssgp_ppl.posterior import FitInfo
-    from ssgp_ppl.smc import potentials
 
     t0 = time.perf_counter()
     key = target_key(entry, data, handoff)
@@ -318,12 +334,7 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
     dim = int(np.shape(results[0].positions)[1])
     is_check = None
     if dim <= IS_MAX_DIM:
-        import jax.numpy as jnp
-
-        spec = common.spec_for(entry, data, handoff)
-        model, _ = target_model(entry, spec, None if handoff is None else handoff.type2, True)
-        log_prior, log_lik, *_ = potentials(model, jnp.asarray(data.x_train),
-                                            jnp.asarray(data.y_train))
+        log_prior, log_lik, _ = target_potentials(entry, data, handoff)
         is_log_z, is_se, khat = importance_log_evidence(
             log_prior, log_lik, np.concatenate([r.positions for r in results]), draws=is_draws,
             seed=seed)

@@ -112,9 +112,14 @@ def potentials(model, x, y, seed: int = 0):
 def prior_positions(model, x, y, names, transforms, n: int, key) -> jax.Array:
     """n draws of the prior, flattened in the unconstrained space, (n, D)."""
     draws = Predictive(_observed_hidden(model), num_samples=n, return_sites=list(names))(key, x, y)
-    flat = [transforms[k].inv(draws[k]).reshape(n, -1) for k in names]  # ravel_pytree: sorted keys
-    order = sorted(range(len(names)), key=lambda i: names[i])
-    return jnp.concatenate([flat[i] for i in order], axis=1)
+    return flatten(draws, transforms)
+
+
+def flatten(sites: dict, transforms: dict) -> jax.Array:
+    """(n, D) flat unconstrained vectors of n draws of the constrained ``sites`` (name -> (n, ...)),
+    in the order :func:`potentials`' ``unravel`` reads them (ravel_pytree: sorted names)."""
+    return jnp.concatenate([jnp.reshape(transforms[k].inv(jnp.asarray(sites[k])),
+                                        (len(sites[k]), -1)) for k in sorted(transforms)], axis=1)
 
 
 def mass_kind(mass: str, dim: int) -> str:

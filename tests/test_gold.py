@@ -194,8 +194,12 @@ def test_fresh_reference_ignores_the_gold(tiny_gold, tmp_path):
     assert "source" not in ref and "runs_rhat" in ref
 
 
-@pytest.mark.parametrize("folder", sorted(p.name for p in gold.GOLD_DIR.glob("*")
-                                          if (p / "gold.json").is_file()))
+STORED = sorted(p.name for p in gold.GOLD_DIR.glob("*") if (p / "gold.json").is_file())
+STORED_IS = [f for f in STORED
+             if json.loads((gold.GOLD_DIR / f / "gold.json").read_text())["verdict"]["is_check"]]
+
+
+@pytest.mark.parametrize("folder", STORED)
 def test_stored_gold_references_are_what_they_say(folder, x64):
     """Every gold reference shipped with the package: small (≤ 5 MB), its data and entry still
     the catalog's (target hash), and its R-hat and ESS recomputed from the stored draws equal the
@@ -231,3 +235,26 @@ def test_budget_needed_and_the_unattainable_label(tmp_path):
     prov["verdict"]["hours_needed"] = gold.ATTAINABLE_HOURS + 1
     assert gold.GoldReference(tmp_path, prov).label().startswith(
         "gold reference (NOT CONVERGED, not attainable on this hardware; 4 runs")
+
+
+@pytest.mark.parametrize("folder", STORED_IS)
+def test_stored_log_evidence_matches_importance_sampling(folder, x64):
+    """The runs' mean log Ẑ of every stored reference with an importance-sampling check lies within
+    IS_MATCH nats of a new importance-sampling estimate of log Z, from a proposal fitted here to
+    the stored draws with another seed (Pareto k̂ ≤ IS_KHAT_MAX)."""
+    from ssgp_ppl.datasets import load
+    from ssgp_ppl.evidence import importance_log_evidence
+
+    g = next(g for g in gold.stored() if g.path.name == folder)
+    p = g.provenance
+    entry = load_entry(p["entry"])
+    data = load(p["dataset"], split=p["split"], x_scaling=entry.config["data"]["x_scaling"])
+    log_prior, log_lik, flatten = gold.target_potentials(entry, data,
+                                                         gold.comparison_handoff(entry, data))
+    post = g.posterior()
+    flat = flatten(post.sites)  # the target's latent sites of every draw
+    log_z, se, khat = importance_log_evidence(log_prior, log_lik, flat, draws=20_000, seed=1)
+    assert khat <= gold.IS_KHAT_MAX
+    assert abs(log_z - p["verdict"]["is_check"]["log_z"]) < 5 * se + 0.05
+    assert abs(log_z - g.verdict["log_evidence_mean"]) <= gold.IS_MATCH, (
+        log_z, g.verdict["log_evidence"])
