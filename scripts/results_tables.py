@@ -253,6 +253,35 @@ def gold_references() -> str:
     return "\n".join(out + ["", "The verdict's thresholds (`ssgp_ppl.gold`):", ""] + rules)
 
 
+def vi_vs_gold() -> str:
+    """reports/vi_vs_gold.json (benchmarks/vi_vs_gold.py): each stored gold reference against its
+    entry's VI, one path and K stacked paths."""
+    path = ROOT / "reports" / "vi_vs_gold.json"
+    if not path.exists():
+        return "(not measured yet: `python benchmarks/vi_vs_gold.py`)"
+    doc = json.loads(path.read_text())
+    out = ["| entry | data | fit | test NMSE | test MNLP | cov. 90% | stopped | W1 / floor: noise "
+           "| signal | frequency spread | f* |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in doc["records"]:
+        g = r["gold"]
+        out.append(f"| `{r['entry']}` | {r['dataset']} | {g['label']} | {g['nmse']:.4f} | "
+                   f"{g['mnlp']:.3f} (runs {g['run_mnlp_min']:.3f}–{g['run_mnlp_max']:.3f}) | "
+                   f"{g['coverage_90']:.3f} | – | | | | |")
+        for kind in ("single", "stacked"):
+            if kind not in r:
+                continue
+            v = r[kind]
+            label = "VI, one path" if kind == "single" else f"VI, {r['paths']} paths stacked"
+            stop = "converged" if v["converged"] else "step budget"
+            w1 = [f"{v['w1_scaled'][q]['value']:.2f} / {v['w1_scaled'][q]['floor']:.2f}"
+                  if q in v["w1_scaled"] and v["w1_scaled"][q]["floor"] is not None else "–"
+                  for q in ("noise", "signal", "frequency_spread", "f_test")]
+            out.append(f"| | | {label} | {v['nmse']:.4f} | {v['mnlp']:.3f} | "
+                       f"{v['coverage_90']:.3f} | {stop} at {v['steps']} | " + " | ".join(w1) + " |")
+    return "\n".join(out)
+
+
 # slug: (title, what produced it, the table)
 TABLES = {
     "catalog": ("Catalog entries on pendulum and Auto-MPG",
@@ -292,6 +321,13 @@ TABLES = {
              "weights, checked run against run. `ssgp-ppl compare` uses a stored reference when "
              "its target (model, data, split and the arrays handed over) matches, and says so.",
              gold_references),
+    "vi-vs-gold": ("VI against the gold references",
+                   "`python benchmarks/vi_vs_gold.py` (`reports/vi_vs_gold.json`): `compare` of "
+                   "each stored gold reference's entry on its data set, the entry's VI as one "
+                   "path and as stacked paths. W1: the Wasserstein-1 distance to the gold "
+                   "posterior in its standard deviations; floor: the same distance between halves "
+                   "of the gold's own draws (below about twice the floor is within its Monte "
+                   "Carlo noise).", vi_vs_gold),
     "m-scan": ("More features: the variational entries as m grows",
                "`python benchmarks/mscan.py` (`reports/mscan/mscan.json`): test NMSE (MNLP) of "
                "the papers' guides over (θ, s) and of the same guides over θ with s integrated "
