@@ -42,7 +42,7 @@ def step_time() -> str:
 def multimodal() -> str:
     """reports/multimodal.json (benchmarks/multimodal.py) as a Markdown table."""
     doc = json.loads((ROOT / "reports" / "multimodal.json").read_text())
-    head = ("| entry | data | reference s | verdict | modes | log evidence (2 runs) | reference "
+    head = ("| entry | data | reference s | verdict | modes | log evidence (runs) | reference "
             "NMSE / MNLP | chains stacked | single VI | stacked VI (K) | VI s (single / stacked) |\n"
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
@@ -56,6 +56,9 @@ def multimodal() -> str:
         ref = r["reference"]
         verdict = "converged" if ref["converged"] else "NOT CONVERGED: " + "; ".join(
             ref["reasons"])
+        if ref.get("gold"):
+            verdict = f"{ref['gold']}" + ("" if ref["converged"] else ": " + "; ".join(
+                ref["reasons"]))
         stacked = r.get("stacked")
         lz = ", ".join(f"{v:.1f}" for v in ref["log_evidence"])
         vi_s = f"{r['single']['seconds']:.0f}" + (f" / {stacked['seconds']:.0f}" if stacked else "")
