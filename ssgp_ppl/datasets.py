@@ -13,6 +13,7 @@ test masks), so every split is reproducible.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import os
@@ -26,7 +27,7 @@ import pandas as pd
 
 from ssgp_ppl.errors import SSGPError, check_seed, one_line
 from ssgp_ppl.io import write_bytes_atomic
-from ssgp_ppl.tables import TableEncoding, TableOptions, prepare
+from ssgp_ppl.tables import TableEncoding, TableOptions, check_width, duplicates, prepare
 
 __all__ = [
     "KNOWN",
@@ -767,6 +768,23 @@ def _sniff_sep(path: Path, compressed: bool) -> str:
     return r"\s+"
 
 
+HEADER_CHARS = 64 * 2**20  # characters of a header line read to count its columns
+
+
+def _header_width(path: Path, compressed: bool, sep: str) -> int:
+    """The number of columns the first line of a text table names, counted in one pass over
+    that line (quoted separators are not counted)."""
+    opener = gzip.open if compressed else open
+    with opener(path, "rt", errors="replace", newline="") as f:
+        line = f.readline(HEADER_CHARS)
+    if sep == r"\s+":
+        return len(line.split())
+    try:
+        return len(next(csv.reader([line], delimiter=sep), []))
+    except csv.Error:  # a field longer than csv's limit: an upper count
+        return line.count(sep) + 1
+
+
 def _read_table(path: Path) -> pd.DataFrame:
     low = path.name.lower()
     if not any(low.endswith(suf) for suf in _FILE_SUFFIXES):
@@ -775,6 +793,12 @@ def _read_table(path: Path) -> pd.DataFrame:
         )
     try:
         if low.endswith(".parquet"):
+            try:  # the schema's width, before the columns are read
+                import pyarrow.parquet as pq
+            except ImportError:
+                pq = None
+            if pq is not None:
+                check_width(len(pq.read_schema(path).names), f"data file '{path}'")
             df = pd.read_parquet(path)
         else:
             compressed = low.endswith(".gz")
@@ -785,6 +809,7 @@ def _read_table(path: Path) -> pd.DataFrame:
                 sep = "\t"
             else:
                 sep = _sniff_sep(path, compressed)
+            check_width(_header_width(path, compressed, sep), f"data file '{path}'")
             # pandas renames a repeated header name (y, y -> y, y.1): read the header as data
             header = [str(c) for c in pd.read_csv(path, sep=sep, header=None, nrows=1,
                                                   engine="c", dtype=str, na_filter=False).iloc[0]]
@@ -792,7 +817,7 @@ def _read_table(path: Path) -> pd.DataFrame:
             if blank:  # pandas would name them "Unnamed: k"
                 raise SSGPError(f"data file '{path}': column {', '.join(map(str, blank))} of the "
                                 "header has no name")
-            dup = sorted({c for c in header if header.count(c) > 1})
+            dup = duplicates(header)
             if dup:
                 raise SSGPError(f"data file '{path}' has duplicate column names: "
                                 f"{', '.join(map(repr, dup))}")

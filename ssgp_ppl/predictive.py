@@ -16,6 +16,11 @@ Gaussian, P(y* = 1) for the probit, E[y*] for the Poisson).
 A rule object (:class:`SiteRule`, :class:`NCVMPRule`, :class:`LocalFitsRule`) holds what it needs
 (draws, training rows, partitions, variational state) and computes ``moments(x)`` in the model's
 standardised units; :meth:`state` / :func:`rule_from_state` save and restore it as arrays.
+
+Memory: a prediction of S draws at n* rows returns (S, n*) arrays; everything else it holds at
+once — features, per-draw batches, y* moments and draws — is computed in chunks within
+:data:`PREDICT_BUDGET` bytes (:func:`chunk_rows`, :func:`feature_rows`), with the same numbers as
+all rows at once.
 """
 
 from __future__ import annotations
@@ -43,12 +48,23 @@ def marginal_predictive(x_train, y_train, x_test, frequencies, signal, noise):
 
     mean = φ*ᵀA⁻¹Φᵀy, var = σ_n² φ*ᵀA⁻¹φ*, A = ΦᵀΦ + (mσ_n²/σ_s²) I. Returns (mean, var) of f*.
     """
+    chol, w = _marginal_factor(x_train, y_train, frequencies, signal, noise)
+    return _marginal_apply(chol, w, x_test, frequencies, noise)
+
+
+def _marginal_factor(x_train, y_train, frequencies, signal, noise):
+    """The training side of :func:`marginal_predictive`: (L (2m, 2m), w (2m,)) with LLᵀ = A,
+    w = A⁻¹Φᵀy."""
     phi = spectral.features(x_train, frequencies)
-    phi_star = spectral.features(x_test, frequencies)
     two_m = phi.shape[1]
     a = phi.T @ phi + (two_m // 2) * noise**2 / signal**2 * jnp.eye(two_m, dtype=phi.dtype)
     chol = cholesky(a)  # jitter escalation (ssgp_ppl.linalg)
-    w = jax.scipy.linalg.cho_solve((chol, True), phi.T @ y_train)
+    return chol, jax.scipy.linalg.cho_solve((chol, True), phi.T @ y_train)
+
+
+def _marginal_apply(chol, w, x_test, frequencies, noise):
+    """The test side of :func:`marginal_predictive`: (mean, var) (n*,) each from the factor."""
+    phi_star = spectral.features(x_test, frequencies)
     v = solve_triangular(chol, phi_star.T, lower=True)  # (2m, n*)
     return phi_star @ w, noise**2 * jnp.sum(v**2, axis=0)
 
@@ -161,20 +177,56 @@ def _local_draws(sites, x_train, y_train, x_test, blocks, mask, test_block, *, g
 
 
 DRAW_BATCH = 8  # draws evaluated at once: memory (draws × n × 2m) stays bounded at any S
+PREDICT_BUDGET = 256 * 2**20  # bytes: a prediction's working set beyond the arrays it returns
+WORK_ARRAYS = 12  # (draws, rows) float64 arrays one chunk of rows holds at once
+FEATURE_ARRAYS = 4  # (rows, 2m) arrays per draw while a batch of test rows is evaluated
 
 
-@jax.jit
-def _marginal_draws(sites, x_train, y_train, x_test):
-    return jax.lax.map(lambda st: marginal_predictive(x_train, y_train, x_test, st["frequencies"],
-                                                      st["signal"], st["noise"]),
-                       sites, batch_size=DRAW_BATCH)
+def chunk_rows(draws: int, rows: int, budget: float | None = None) -> int:
+    """Rows of the (draws, rows) per-draw arrays computed at once: :data:`WORK_ARRAYS` such
+    float64 arrays within ``budget`` bytes (default :data:`PREDICT_BUDGET`); between 1 and
+    ``rows``."""
+    budget = PREDICT_BUDGET if budget is None else budget
+    return int(min(max(rows, 1), max(1, budget // (WORK_ARRAYS * 8 * max(draws, 1)))))
 
 
-@jax.jit
-def _degenerate_draws(sites, x_test):
-    return jax.lax.map(lambda st: degenerate_predictive(x_test, st["frequencies"], st["nuisance"],
-                                                        st.get("nuisance_tril")),
-                       sites, batch_size=DRAW_BATCH)
+def feature_rows(two_m: int, budget: float | None = None) -> int:
+    """Test rows whose (rows, 2m) features :data:`DRAW_BATCH` draws evaluate at once within
+    ``budget`` bytes (default :data:`PREDICT_BUDGET`)."""
+    budget = PREDICT_BUDGET if budget is None else budget
+    return int(max(1, budget // (DRAW_BATCH * FEATURE_ARRAYS * 8 * max(two_m, 1))))
+
+
+@partial(jax.jit, static_argnames=("rows",))
+def _marginal_draws(sites, x_train, y_train, x_test, *, rows):
+    """(mean, var) (S, n*) of f* per draw: each draw's factor once, the test rows ``rows`` at a
+    time."""
+
+    def one(st):
+        chol, w = _marginal_factor(x_train, y_train, st["frequencies"], st["signal"], st["noise"])
+
+        def point(x):
+            mean, var = _marginal_apply(chol, w, x[None], st["frequencies"], st["noise"])
+            return mean[0], var[0]
+
+        return jax.lax.map(point, x_test, batch_size=rows)
+
+    return jax.lax.map(one, sites, batch_size=DRAW_BATCH)
+
+
+@partial(jax.jit, static_argnames=("rows",))
+def _degenerate_draws(sites, x_test, *, rows):
+    """(mean, var) (S, n*) of f* = φ*ᵀs per draw, the test rows ``rows`` at a time."""
+
+    def one(st):
+        def point(x):
+            mean, var = degenerate_predictive(x[None], st["frequencies"], st["nuisance"],
+                                              st.get("nuisance_tril"))
+            return mean[0], var[0]
+
+        return jax.lax.map(point, x_test, batch_size=rows)
+
+    return jax.lax.map(one, sites, batch_size=DRAW_BATCH)
 
 
 def check_test_inputs(x_train, x_test) -> None:
@@ -188,7 +240,8 @@ def check_test_inputs(x_train, x_test) -> None:
 
 
 def predict_draws(rule: str, sites: dict, x_train, y_train, x_test, local: LocalData | None = None):
-    """Per-draw predictive (mean_f, var_f) (S, n*) under ``rule`` from site values (S, ...)."""
+    """Per-draw predictive (mean_f, var_f) (S, n*) under ``rule`` from site values (S, ...);
+    the features of at most :func:`feature_rows` test rows per draw at a time."""
     check_test_inputs(x_train, x_test)
     if rule == "local":
         if local is None:
@@ -201,12 +254,14 @@ def predict_draws(rule: str, sites: dict, x_train, y_train, x_test, local: Local
                             local.test_block, gamma=local.gamma)
     if rule == "marginal":
         keep = {k: sites[k] for k in ("frequencies", "signal", "noise")}
-        return _marginal_draws(keep, x_train, y_train, x_test)
+        return _marginal_draws(keep, x_train, y_train, x_test,
+                               rows=feature_rows(2 * np.shape(sites["frequencies"])[1]))
     if rule == "degenerate":
         if "nuisance" not in sites:
             raise SSGPError("the degenerate predictive needs sampled nuisance variables s")
         keep = ("frequencies", "nuisance", "nuisance_tril")
-        return _degenerate_draws({k: sites[k] for k in keep if k in sites}, x_test)
+        return _degenerate_draws({k: sites[k] for k in keep if k in sites}, x_test,
+                                 rows=feature_rows(2 * np.shape(sites["frequencies"])[1]))
     raise SSGPError(f"unknown predictive rule {rule!r}; known: {', '.join(RULES)}")
 
 
@@ -251,7 +306,9 @@ class Prediction(NamedTuple):
 
     ``mean``, ``var``: (n*,) moments of y*; ``mean_f``, ``var_f``, ``var_y``: (S, n*) per draw in
     the model's standardised units; ``draws``: (S, n*) one y* draw per posterior draw (original
-    units); ``gaussian``: whether y* | draw is Gaussian (exact mixture quantiles).
+    units); ``gaussian``: whether y* | draw is Gaussian (exact mixture quantiles). These per-draw
+    arrays are what a prediction holds; its working set beyond them is bounded
+    (:func:`chunk_rows`).
     """
 
     mean: np.ndarray
@@ -271,13 +328,20 @@ class Prediction(NamedTuple):
         if not 0.0 < level < 1.0:
             raise SSGPError(f"interval level must lie strictly between 0 and 1, got {level!r}")
         lo_p, hi_p = (1.0 - level) / 2.0, (1.0 + level) / 2.0
-        if not self.gaussian:
-            return (np.quantile(self.draws, lo_p, axis=0), np.quantile(self.draws, hi_p, axis=0))
-        return (self._quantile(lo_p), self._quantile(hi_p))
+        n = np.shape(self.mean)[0]
+        lo, hi = np.empty(n), np.empty(n)
+        rows = chunk_rows(len(self.draws) if not self.gaussian else len(self.mean_f), n)
+        for a in range(0, n, rows):  # in chunks of rows: (S, rows) temporaries
+            cols = slice(a, a + rows)
+            if not self.gaussian:
+                lo[cols], hi[cols] = np.quantile(self.draws[:, cols], [lo_p, hi_p], axis=0)
+            else:
+                lo[cols], hi[cols] = self._quantile(lo_p, cols), self._quantile(hi_p, cols)
+        return lo, hi
 
-    def _quantile(self, p: float) -> np.ndarray:
-        mu = np.asarray(self.mean_f, np.float64)
-        sd = np.sqrt(np.asarray(self.var_y, np.float64))
+    def _quantile(self, p: float, cols: slice) -> np.ndarray:
+        mu = np.asarray(self.mean_f[:, cols], np.float64)
+        sd = np.sqrt(np.asarray(self.var_y[:, cols], np.float64))
         lo = np.min(mu + ndtri(p) * sd, axis=0)  # the mixture quantile lies between the extremes
         hi = np.max(mu + ndtri(p) * sd, axis=0)
         for _ in range(60):
@@ -287,37 +351,77 @@ class Prediction(NamedTuple):
         return 0.5 * (lo + hi) * self.y_scale + self.y_shift
 
 
+@partial(jax.jit, static_argnums=0)
+def _sample_rows(lik, keys, mean_f, var_f, scale):
+    """y* (W, rows) from f* moments (W, rows), row i from its own key ``keys[i]``."""
+
+    def row(key, mf, vf):
+        key_f, key_y = jax.random.split(key)
+        f = mf + jnp.sqrt(vf) * jax.random.normal(key_f, mf.shape, mf.dtype)
+        return lik.distribution(f, scale).sample(key_y)
+
+    return jax.vmap(row, in_axes=(0, 1, 1), out_axes=1)(keys, mean_f, var_f)
+
+
+class _YDraws:
+    """y* draws of successive chunks of rows, the same numbers whatever the chunks: the Gaussian's
+    deviates come row by row from one stream, other likelihoods draw each row from its own key."""
+
+    def __init__(self, lik, seed: int):
+        self.lik = lik
+        self.rng = np.random.default_rng(seed + 2)
+        self.key = jax.random.PRNGKey(seed + 2)
+
+    def __call__(self, moments: Moments, num: int, start: int) -> np.ndarray:
+        """(W, rows) y* draws (model units) of the rows ``start`` onwards; W = S, or ``num``
+        where S = 1."""
+        mean_f = np.asarray(moments.mean_f, np.float64)
+        var_f = np.asarray(moments.var_f, np.float64)
+        width = mean_f.shape[0] * (num if mean_f.shape[0] == 1 else 1)
+        rows = mean_f.shape[1]
+        noise = None if moments.noise is None else np.broadcast_to(
+            np.asarray(moments.noise, np.float64), (mean_f.shape[0],))
+        if self.lik.name == "gaussian":  # (probit / Poisson: noise None, not a closed form)
+            var = var_f if noise is None else var_f + noise[:, None] ** 2
+            z = self.rng.standard_normal((rows, width)).T  # row by row: chunk-invariant
+            return mean_f + np.sqrt(var) * z
+        keys = jax.vmap(partial(jax.random.fold_in, self.key))(jnp.arange(start, start + rows))
+        full = (width, rows)
+        scale = jnp.ones(()) if noise is None else jnp.asarray(np.broadcast_to(noise, (width,)))
+        return np.asarray(_sample_rows(self.lik, keys, jnp.asarray(np.broadcast_to(mean_f, full)),
+                                       jnp.asarray(np.broadcast_to(var_f, full)), scale),
+                          np.float64)
+
+
 def predictive_draws(lik, moments: Moments, seed: int, num: int = 1) -> np.ndarray:
-    """y* draws (model units), one per draw of ``moments`` (``num`` when there is one draw, a
-    closed-form predictive): f ~ N(mean_f, var_f), y* ~ p(y | f) (noise included by the likelihood
-    or, where ``moments.noise`` is None, already in var_f)."""
-    mean_f = np.asarray(moments.mean_f, np.float64)
-    reps = num if mean_f.shape[0] == 1 else 1
-    mean_f = np.repeat(mean_f, reps, 0)
-    var_f = np.repeat(np.asarray(moments.var_f, np.float64), reps, 0)
-    if lik.name == "gaussian":  # (probit / Poisson have no noise site: noise None, not a closed form)
-        var = var_f if moments.noise is None else var_f + np.repeat(
-            np.asarray(moments.noise, np.float64), reps)[:, None] ** 2
-        rng = np.random.default_rng(seed + 2)
-        return mean_f + np.sqrt(var) * rng.standard_normal(mean_f.shape)
-    key_f, key_y = jax.random.split(jax.random.PRNGKey(seed + 2))
-    mf, vf = jnp.asarray(mean_f), jnp.asarray(var_f)
-    f = mf + jnp.sqrt(vf) * jax.random.normal(key_f, mf.shape, mf.dtype)
-    scale = jnp.ones(()) if moments.noise is None else jnp.repeat(jnp.asarray(moments.noise), reps)[:, None]
-    return np.asarray(lik.distribution(f, scale).sample(key_y), np.float64)
+    """y* draws (model units) (W, n*), one per draw of ``moments`` (W = ``num`` when there is one
+    draw, a closed-form predictive): f ~ N(mean_f, var_f), y* ~ p(y | f) (noise included by the
+    likelihood or, where ``moments.noise`` is None, already in var_f)."""
+    return _YDraws(lik, seed)(moments, num, 0)
 
 
 def prediction(rule, lik, x_std, y_scaler, *, seed: int = 0, num: int = 1, client=None,
                progress: bool = False) -> Prediction:
     """The predictive of y* at standardised inputs under ``rule`` and the likelihood ``lik``, in
-    original units (``y_scaler``); ``num`` y* draws when the rule has a single draw."""
+    original units (``y_scaler``); ``num`` y* draws when the rule has a single draw. y* moments
+    and draws are computed :func:`chunk_rows` rows at a time into the returned arrays."""
     mom = rule.moments(x_std, client=client, progress=progress)
-    mean, var, var_y = y_moments(lik, mom.mean_f, mom.var_f, mom.noise)
+    mean_f, var_f = np.asarray(mom.mean_f), np.asarray(mom.var_f)
+    draws_f, n = mean_f.shape
+    width = num if draws_f == 1 else draws_f  # y* draws per row
     scale = float(np.asarray(y_scaler.scale))
     shift = float(np.asarray(y_scaler.inverse(np.zeros(()))))
-    draws = predictive_draws(lik, mom, seed, num=num)
-    return Prediction(mean * scale + shift, var * scale**2, np.asarray(mom.mean_f),
-                      np.asarray(mom.var_f), np.asarray(var_y), draws * scale + shift, scale, shift,
+    mean, var = np.empty(n), np.empty(n)
+    var_y, draws = np.empty((draws_f, n)), np.empty((width, n))
+    sample = _YDraws(lik, seed)
+    rows = chunk_rows(max(draws_f, width), n)
+    for a in range(0, n, rows):
+        cols = slice(a, a + rows)
+        part = mom._replace(mean_f=mean_f[:, cols], var_f=var_f[:, cols])
+        m, v, var_y[:, cols] = y_moments(lik, part.mean_f, part.var_f, part.noise)
+        mean[cols], var[cols] = m * scale + shift, v * scale**2
+        draws[:, cols] = sample(part, num, a) * scale + shift
+    return Prediction(mean, var, mean_f, var_f, var_y, draws, scale, shift,
                       lik.name == "gaussian", mom.extra)
 
 
@@ -365,11 +469,24 @@ class SiteRule:
             raise SSGPError("the local rule needs partitions of the training rows")
 
     def _f(self, x):
+        """(mean_f, var_f) (S, n*), :func:`chunk_rows` (n*, S) draws at a time."""
         local = local_data(self.partitions, x, self.gamma) if self.kind == "local" else None
         xt = None if self.x_train is None else jnp.asarray(self.x_train)
         yt = None if self.y_train is None else jnp.asarray(self.y_train)
-        mean_f, var_f = predict_draws(self.kind, self.sites, xt, yt, jnp.asarray(x), local)
-        return np.asarray(mean_f), np.asarray(var_f)
+        xs = jnp.asarray(x)
+        count, n = len(next(iter(self.sites.values()))), len(x)
+        batch = chunk_rows(n, count)  # draws per call
+        out = None
+        for a in range(0, count, batch):
+            b = min(count, a + batch)
+            pick = np.minimum(np.arange(a, a + batch), count - 1)  # the last batch padded: one shape
+            part = {k: jnp.asarray(v)[pick] for k, v in self.sites.items()}
+            mean_f, var_f = (np.asarray(v)[: b - a]
+                             for v in predict_draws(self.kind, part, xt, yt, xs, local))
+            if out is None:
+                out = (np.empty((count, n), mean_f.dtype), np.empty((count, n), var_f.dtype))
+            out[0][a:b], out[1][a:b] = mean_f, var_f
+        return out
 
     def moments(self, x, *, client=None, progress: bool = False) -> Moments:
         mean_f, var_f = _map_rows(self._f, np.asarray(x), client)
@@ -478,16 +595,23 @@ class StackedRule:
         return self.rules[0].fits_at_prediction
 
     def moments(self, x, *, client=None, progress: bool = False) -> Moments:
+        """(sum(counts), n*) per-draw moments, each path's rows cycled into the returned arrays."""
         parts = [(r.moments(x, client=client, progress=progress), c)
                  for r, c in zip(self.rules, self.counts, strict=True) if c > 0]
 
-        def rows(a, c):
-            return np.asarray(a)[np.resize(np.arange(len(a)), c)]
+        def stack(field):
+            first = np.asarray(getattr(parts[0][0], field))
+            out = np.empty((sum(c for _, c in parts),) + first.shape[1:], first.dtype)
+            at = 0
+            for m, c in parts:  # row at + j of path k is its draw j mod S_k
+                a = np.asarray(getattr(m, field))
+                for j in range(min(len(a), c)):
+                    out[at + j:at + c:len(a)] = a[j]
+                at += c
+            return out
 
-        noise = None if parts[0][0].noise is None else \
-            np.concatenate([rows(m.noise, c) for m, c in parts])
-        return Moments(np.concatenate([rows(m.mean_f, c) for m, c in parts]),
-                       np.concatenate([rows(m.var_f, c) for m, c in parts]), noise)
+        noise = None if parts[0][0].noise is None else stack("noise")
+        return Moments(stack("mean_f"), stack("var_f"), noise)
 
     def state(self) -> tuple[dict, dict]:
         arrays, attrs = {}, []

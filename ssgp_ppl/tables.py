@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,19 @@ from ssgp_ppl.errors import SSGPError
 ENCODINGS = ("none", "onehot")
 DATES = ("none", "numeric")
 DAY_NS = 86_400 * 10**9  # a date becomes days since 1970-01-01 (float)
+MAX_COLUMNS = 100_000  # columns of a user's table (each input column is checked and encoded)
+
+
+def check_width(count: int, where: str) -> None:
+    """Refuse a table of more than :data:`MAX_COLUMNS` columns (before any per-column work)."""
+    if count > MAX_COLUMNS:
+        raise SSGPError(f"{where} has {count} columns; at most {MAX_COLUMNS} columns are supported "
+                        "(select the input columns in a smaller file)")
+
+
+def duplicates(names) -> list[str]:
+    """The names that occur more than once in ``names``, sorted (linear in their number)."""
+    return sorted(c for c, k in Counter(names).items() if k > 1)
 
 
 @dataclass(frozen=True)
@@ -122,25 +136,28 @@ class TableEncoding:
 def prepare(df: pd.DataFrame, target: str | None, options: TableOptions, where: str):
     """Fit the encoding on ``df``: ``(x, y, encoding, record)``, where ``record`` says what was
     done (options, rows dropped, encoded columns) for run.json and the DataTree's attributes."""
+    check_width(df.shape[1], where)
     df = df.rename(columns=str)
     cols = list(df.columns)
-    if len(set(cols)) != len(cols):
-        dup = sorted({c for c in cols if cols.count(c) > 1})
+    dup = duplicates(cols)
+    if dup:
         raise SSGPError(f"{where} has duplicate column names: {', '.join(dup)}")
     if df.shape[1] == 0 or df.shape[0] == 0:
         raise SSGPError(f"{where} is empty (no data rows)")
     target = cols[-1] if target is None else target
-    if target not in cols:
+    known = set(cols)
+    if target not in known:
         raise SSGPError(f"target column '{target}' not found in {where}; available: {', '.join(cols)}")
     for flag, names in (("inputs", options.inputs or ()), ("drop", options.drop)):
-        unknown = [c for c in names if c not in cols]
+        unknown = [c for c in names if c not in known]
         if unknown:
             raise SSGPError(f"--{flag}: no column {', '.join(map(repr, unknown))} in {where}; "
                             f"available: {', '.join(cols)}")
         if target in names:
             raise SSGPError(f"--{flag}: '{target}' is the target column")
+    drop = set(options.drop)
     inputs = list(options.inputs) if options.inputs is not None else \
-        [c for c in cols if c != target and c not in options.drop]
+        [c for c in cols if c != target and c not in drop]
     if not inputs:
         raise SSGPError(f"{where} has no input columns besides target '{target}'")
     kinds = []

@@ -534,3 +534,48 @@ def test_binary_and_count_targets():
         D.load("pendulum", target_kind="count")
     with pytest.raises(SSGPError, match="threshold applies only"):
         D.load("pendulum", threshold=1.0)
+
+
+# ------------------------------------------------------------------------------------------
+# wide headers: the column limit is checked before any per-column work
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".tsv", ".txt"])
+def test_header_of_a_million_columns_is_refused_by_the_column_limit(tmp_path, suffix):
+    from ssgp_ppl.tables import MAX_COLUMNS
+
+    width = 1_000_000
+    sep = {".tsv": "\t", ".txt": " "}.get(suffix, ",")
+    text = sep.join(f"c{i}" for i in range(width)) + "\n" + sep.join(["0"] * width) + "\n"
+    p = tmp_path / f"wide{suffix}"
+    if suffix.endswith(".gz"):
+        with gzip.open(p, "wt") as f:
+            f.write(text)
+    else:
+        p.write_text(text)
+    with pytest.raises(SSGPError) as e:
+        D.load(str(p))
+    msg = one_line_error(e)
+    assert f"has {width} columns" in msg and f"at most {MAX_COLUMNS} columns" in msg
+
+
+def test_parquet_and_dataframe_wider_than_the_column_limit_are_refused(tmp_path, monkeypatch):
+    from ssgp_ppl import tables
+
+    monkeypatch.setattr(tables, "MAX_COLUMNS", 3)
+    df = make_frame(n=20)  # a, b, c, y
+    df.to_parquet(tmp_path / "t.parquet")
+    for data in (str(tmp_path / "t.parquet"), df):
+        with pytest.raises(SSGPError, match="has 4 columns; at most 3 columns are supported"):
+            D.load(data)
+
+
+def test_duplicate_name_in_a_wide_header_is_named(tmp_path):
+    width = 20_000
+    names = [f"c{i}" for i in range(width - 1)] + ["c17"]
+    p = tmp_path / "wide_dup.csv"
+    p.write_text(",".join(names) + "\n" + ",".join(["0"] * width) + "\n")
+    with pytest.raises(SSGPError) as e:
+        D.load(str(p))
+    assert "duplicate column names: 'c17'" in one_line_error(e)

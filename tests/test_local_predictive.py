@@ -7,6 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ssgp_ppl import likelihoods
+from ssgp_ppl import predictive as P
+from ssgp_ppl.datasets import Scaler
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.partitions import kmeans_partitions
@@ -208,6 +211,111 @@ def test_predict_draws_local_errors(problem):
         predict_draws("local", sites, x, y, x_test)
     with pytest.raises(SSGPError, match="gamma != 0 needs sampled nuisance"):
         predict_draws("local", sites, x, y, x_test, local=local_data(parts, x_test, 0.3))
+
+
+# --------------------------------------------------------------------------- predictions in chunks
+
+
+def _draw_sites(count, d, *, seed=0, tril=False):
+    """``count`` draws of the sites (frequencies, signal, noise, nuisance, optionally its tril)."""
+    rng = np.random.default_rng(seed)
+    sites = {"frequencies": np.stack([_freq(M, d, seed=seed + 10 + i) for i in range(count)]),
+             "signal": rng.uniform(0.8, 1.5, count), "noise": rng.uniform(0.2, 0.6, count),
+             "nuisance": rng.normal(0, 0.5, (count, 2 * M))}
+    if tril:
+        sites["nuisance_tril"] = np.tril(rng.normal(0, 0.1, (count, 2 * M, 2 * M)))
+    return {k: jnp.asarray(v) for k, v in sites.items()}
+
+
+def _rules(problem):
+    """A SiteRule of each kind, and the likelihood each is scored under."""
+    x, y, _, parts, _, _ = problem
+    d = x.shape[1]
+    return {
+        "marginal": (P.SiteRule("marginal", _draw_sites(9, d), x, y), likelihoods.GAUSSIAN),
+        "degenerate": (P.SiteRule("degenerate", _draw_sites(9, d, seed=1)), likelihoods.GAUSSIAN),
+        "degenerate_tril": (P.SiteRule("degenerate", _draw_sites(9, d, seed=2, tril=True)),
+                            likelihoods.GAUSSIAN),
+        "local": (P.SiteRule("local", _draw_sites(9, d, seed=3), x, y, 0.4, parts),
+                  likelihoods.GAUSSIAN),
+        "probit": (P.SiteRule("degenerate", {k: v for k, v in _draw_sites(9, d, seed=4).items()
+                                             if k != "noise"}), likelihoods.PROBIT),
+        "poisson": (P.SiteRule("degenerate", {k: v for k, v in _draw_sites(9, d, seed=5).items()
+                                              if k != "noise"}), likelihoods.POISSON),
+    }
+
+
+@pytest.mark.parametrize("kind", ["marginal", "degenerate", "degenerate_tril", "local", "probit",
+                                  "poisson"])
+def test_prediction_in_tiny_chunks_equals_one_shot(x64, problem, monkeypatch, kind):
+    """A budget of one byte forces one draw, one row and one feature row at a time: the same
+    moments, per-draw arrays, y* draws and intervals as all rows at once."""
+    rule, lik = _rules(problem)[kind]
+    x_test = problem[2][:23]
+    scaler = Scaler(np.asarray(0.5), np.asarray(2.0))
+    whole = P.prediction(rule, lik, x_test, scaler, seed=3)
+    assert P.chunk_rows(9, 23) == 23 and P.chunk_rows(23, 9) == 9  # one chunk by default
+    monkeypatch.setattr(P, "PREDICT_BUDGET", 1)
+    assert P.chunk_rows(9, 23) == P.chunk_rows(23, 9) == P.feature_rows(2 * M) == 1
+    chunked = P.prediction(rule, lik, x_test, scaler, seed=3)
+    for name in ("mean", "var", "mean_f", "var_f", "var_y", "draws"):
+        got, want = getattr(chunked, name), getattr(whole, name)
+        assert got.shape == want.shape, name
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=name)
+    for got, want in zip(chunked.interval(0.8), whole.interval(0.8), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_stacked_rule_cycles_each_paths_draws(x64, problem):
+    """A mixture of rules repeats path k's draws to its count (draw j mod S_k), as in one
+    concatenation, and predicts the same in tiny chunks."""
+    x, _, x_test, _, _, _ = problem
+    a = P.SiteRule("degenerate", _draw_sites(3, x.shape[1], seed=6))
+    b = P.SiteRule("degenerate", _draw_sites(2, x.shape[1], seed=7))
+    mom = P.StackedRule((a, b), (7, 4)).moments(x_test)
+    ma, mb = a.moments(x_test), b.moments(x_test)
+    for field in ("mean_f", "var_f", "noise"):
+        want = np.concatenate([getattr(ma, field)[np.resize(np.arange(3), 7)],
+                               getattr(mb, field)[np.resize(np.arange(2), 4)]])
+        np.testing.assert_array_equal(getattr(mom, field), want)
+
+
+def test_chunk_sizes_keep_the_working_set_within_the_budget():
+    """1,000 mixture draws and 10⁶ rows: rows are taken in chunks whose per-draw arrays fit the
+    budget (the one-shot arrays would take 8 GB each)."""
+    draws, rows = 1000, 10**6
+    chunk = P.chunk_rows(draws, rows)
+    assert 1 <= chunk < rows
+    assert P.WORK_ARRAYS * draws * chunk * 8 <= P.PREDICT_BUDGET
+    batch = P.chunk_rows(rows, draws)  # draws per call of the rule on all rows
+    assert 1 <= batch < draws and P.WORK_ARRAYS * batch * rows * 8 <= P.PREDICT_BUDGET
+    two_m = 2 * 500
+    assert P.DRAW_BATCH * P.FEATURE_ARRAYS * P.feature_rows(two_m) * two_m * 8 <= P.PREDICT_BUDGET
+    assert P.chunk_rows(draws, rows, budget=0) == 1  # at least one row whatever the budget
+
+
+def test_prediction_peak_allocation_is_its_arrays_plus_the_budget(x64, problem, monkeypatch):
+    """Peak host allocation of a prediction of 200 draws × 20,000 rows (32 MB per per-draw
+    array) beyond the arrays it returns stays within a 4 MB budget and small change."""
+    import tracemalloc
+
+    x, y, _, _, _, _ = problem
+    rule = P.SiteRule("marginal", _draw_sites(200, x.shape[1], seed=8), x, y)
+    x_test = np.random.default_rng(0).uniform(-2, 2, (20_000, x.shape[1]))
+    budget = 4 * 2**20
+    monkeypatch.setattr(P, "PREDICT_BUDGET", budget, raising=False)
+    P.prediction(rule, likelihoods.GAUSSIAN, x_test[:10], Scaler(np.zeros(()), np.ones(())))
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        pred = P.prediction(rule, likelihoods.GAUSSIAN, x_test, Scaler(np.zeros(()), np.ones(())))
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    held = sum(np.asarray(getattr(pred, k)).nbytes
+               for k in ("mean", "var", "mean_f", "var_f", "var_y", "draws"))
+    assert held >= 4 * 200 * 20_000 * 8
+    assert peak - held <= 2 * budget + 2**20, (peak - held) / 2**20
 
 
 # --------------------------------------------------------------------------- catalog

@@ -1,8 +1,13 @@
 """The memory estimate a fit is checked against before it starts (ssgp_ppl.resources)."""
 
+import re
+
+import numpy as np
 import pytest
 
-from ssgp_ppl import resources
+import ssgp_ppl.methods  # noqa: F401  (ssgp_ppl.paths imports it; load it first)
+from ssgp_ppl import datasets, paths, pipeline, resources
+from ssgp_ppl.datatree import LOGLIK_MAX_VALUES, LOO_MIN_DRAWS
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
 
@@ -26,3 +31,45 @@ def test_an_impossible_fit_is_refused_unless_forced(monkeypatch):
     with pytest.raises(SSGPError, match=r"needs about .* GiB \(m = 20000, d = 9, n = 315\).*--force"):
         resources.check(e, 315, 9, 315, "ml")
     assert resources.check(e, 315, 9, 315, "ml", force=True).bytes > 2.0**30
+
+
+def test_a_million_test_rows_of_a_multi_path_fit_are_refused_before_it_starts(monkeypatch):
+    """``ssgp_svi`` mixes its 8 paths into 1,000 draws: 10⁶ test rows need 1,000 × 10⁶ values per
+    per-draw array. On an 8 GiB machine the fit is refused before any path runs, by one error
+    naming the memory needed, the test predictions' share and the memory available."""
+    monkeypatch.setattr(resources, "memory_bytes", lambda: 8.0 * 2**30)
+
+    def started(*args, **kwargs):
+        raise AssertionError("the fit started")
+
+    monkeypatch.setattr(paths, "run", started)
+    x = np.linspace(0.0, 1.0, 300)[:, None]
+    data = datasets.from_arrays(x, np.sin(6 * x[:, 0]), np.zeros((10**6, 1)), np.zeros(10**6))
+    entry = load_entry("ssgp_svi")
+    with pytest.raises(SSGPError) as err:
+        pipeline.fit(entry, data, progress=False)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert re.search(r"needs about \d+(\.\d+)? GiB \(m = \d+, d = 1, n = 300.*; \d+(\.\d+)? GiB of it "
+                     r"for the test predictions, 1000 draws × 1000000 rows\), more than this "
+                     r"machine's 8 GiB allows", msg), msg
+    need = resources.estimate(entry, n=300, d=1, n_test=10**6, method="svi")
+    assert need.draws == paths.MIXTURE_DRAWS == 1000
+    assert need.test_bytes >= resources.TEST_ARRAYS * 1000 * 10**6 * 8 > 8 * 2**30
+
+
+def test_test_predictions_count_the_draws_each_method_predicts_with():
+    """S of the test arrays: the mixture's draws for a multi-path fit, chains × samples for a
+    sampler, one for a point estimate, else the predictive samples (raised to LOO_MIN_DRAWS where
+    a pointwise log-likelihood is kept)."""
+    assert resources.draws(load_entry("ssgp_svi"), "svi", 315) == paths.MIXTURE_DRAWS
+    assert resources.draws(load_entry("tan_va_stacked"), "ncvmp", 315) == paths.MIXTURE_DRAWS
+    nuts = load_entry("ssgp").with_overrides(["nuts.chains=3", "nuts.samples=250"])
+    assert resources.draws(nuts, "nuts", 315) == 750
+    assert resources.draws(load_entry("ssgp"), "ml", 315) == 1
+    few = load_entry("vssgp").with_overrides(["samples=20"])
+    assert resources.draws(few, "svi", 315) == LOO_MIN_DRAWS
+    assert resources.draws(few, "svi", LOGLIK_MAX_VALUES) == 20
+    small = resources.estimate(few, n=315, d=1, n_test=1000, method="svi")
+    big = resources.estimate(few, n=315, d=1, n_test=2000, method="svi")
+    assert big.bytes - small.bytes == resources.TEST_ARRAYS * LOO_MIN_DRAWS * 1000 * 8
