@@ -47,26 +47,41 @@ RUN_ARGS = ("model", "data", "target", "split", "subsample", "data_dir", "x_scal
             "select_beta", "checkpoint_every", "inputs", "drop", "dropna", "encode", "dates",
             "test")
 TABLE_ARGS = ("inputs", "drop", "dropna", "encode", "dates", "test")
+# the compare arguments its run.json records (what compare --resume restores)
+COMPARE_ARGS = tuple(k for k in RUN_ARGS if k not in ("method", "select_beta",
+                                                      "checkpoint_every")) + \
+    ("samples", "chains", "fresh_reference")
 
 
 def _resume_args(args, defaults) -> None:
-    """``fit --resume DIR``: the recorded run's arguments, output into DIR. Any run argument
-    given with --resume is an error (it would be ignored)."""
+    """``fit --resume DIR`` / ``compare --resume DIR``: the recorded run's arguments, output into
+    DIR. Any run argument given with --resume is an error (it would be ignored)."""
     from ssgp_ppl.errors import SSGPError
 
-    given = [k for k in (*RUN_ARGS, "out") if getattr(args, k) != getattr(defaults, k)]
+    keys = RUN_ARGS if args.command == "fit" else COMPARE_ARGS
+    where = Path(args.resume) if args.command == "fit" else Path(args.resume) / rundir.STAGING
+    path = where / "run.json"
+    given = [k for k in (*keys, "out") if getattr(args, k) != getattr(defaults, k)]
     if given:
         flags = ", ".join("MODEL" if k == "model" else "--set" if k == "sets"
                           else "--" + k.replace("_", "-") for k in given)
-        raise SSGPError(f"--resume {args.resume} continues the run recorded in "
-                        f"{Path(args.resume) / 'run.json'} with its own settings; drop {flags}")
-    path = Path(args.resume) / "run.json"
+        raise SSGPError(f"--resume {args.resume} continues the run recorded in {path} with its "
+                        f"own settings; drop {flags}")
     if not path.is_file():
+        if args.command == "compare":  # a finished comparison, or none
+            rundir.stage(Path(args.resume), resume=True, overwrite=False)
         raise SSGPError(f"{path} not found: --resume takes a run directory written by "
-                        "`ssgp-ppl fit --out DIR`")
+                        f"`ssgp-ppl {args.command} --out DIR`")
     try:
         saved = json.loads(path.read_text())
-        for k in RUN_ARGS:  # the table options may be absent (they keep their defaults)
+        command = saved.get("command", "fit") if isinstance(saved, dict) else args.command
+    except ValueError as e:
+        raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
+    if command != args.command:
+        raise SSGPError(f"{path} records an `ssgp-ppl {command}` run, not an `ssgp-ppl "
+                        f"{args.command}` one")
+    try:
+        for k in keys:  # the table options may be absent (they keep their defaults)
             value = saved[k] if k not in TABLE_ARGS else saved.get(k, getattr(args, k))
             if not _run_value_ok(k, value):
                 raise TypeError(f"{k!r} is {value!r}")
@@ -82,8 +97,8 @@ def _resume_args(args, defaults) -> None:
 
 
 _RUN_INTS = ("split", "seed", "extra_noise_inputs", "checkpoint_every")
-_RUN_OPTIONAL_INTS = ("subsample", "steps")
-_RUN_BOOLS = ("x64", "select_beta", "dropna")
+_RUN_OPTIONAL_INTS = ("subsample", "steps", "samples", "chains")
+_RUN_BOOLS = ("x64", "select_beta", "dropna", "fresh_reference")
 
 
 def _run_value_ok(key: str, value) -> bool:
@@ -103,10 +118,10 @@ def _run_value_ok(key: str, value) -> bool:
     return value is None or isinstance(value, str)
 
 
-def _run_record(args) -> dict:
-    """run.json: the fit's arguments, with files and directories as absolute paths (so that
-    ``--resume`` works from any directory) and the user catalogs in use."""
-    rec = {k: getattr(args, k) for k in RUN_ARGS}
+def _run_record(args, keys=RUN_ARGS) -> dict:
+    """run.json: the run's arguments ``keys``, with files and directories as absolute paths (so
+    that ``--resume`` works from any directory) and the user catalogs in use."""
+    rec = {k: getattr(args, k) for k in keys}
     for k in ("model", "data", "test"):
         p = Path(str(rec[k])).expanduser()
         if rec[k] is not None and p.suffix and p.exists():  # a file, not a catalog/data set name
@@ -208,8 +223,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="this process's rank, 0 … N-1 (process 0 writes the outputs)")
 
     c = add("compare", help="fit every method of an entry plus NUTS; write a report")
-    data_args(c)
+    data_args(c, resumable=True)
     c.add_argument("--out", help="output directory (default runs/<model>-<data>-compare)")
+    c.add_argument("--overwrite", action="store_true",
+                   help="replace a run already in --out (without it, a finished run there is "
+                   "refused and an interrupted one says to --resume); the old run stays whole "
+                   "until the new one is complete")
+    c.add_argument("--resume", metavar="DIR",
+                   help="continue the interrupted comparison in DIR with its own settings (give "
+                   "no model or --data): every method it finished is loaded, not fitted again")
     c.add_argument("--steps", type=_positive, help="SVI/ML steps and NCVMP iterations of every method")
     c.add_argument("--samples", type=_positive, help="the reference's draws per chain")
     c.add_argument("--chains", type=_positive, help="the reference's chains")
@@ -416,15 +438,73 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
     return 0
 
 
-def cmd_compare(args) -> None:
-    from ssgp_ppl.report import budget, compare
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: raised where Ctrl-C raises KeyboardInterrupt."""
 
-    entry = _entry(args)
-    data = _load_data(args, entry)
-    entry = budget(entry, data.n_train, steps=args.steps, samples=args.samples, chains=args.chains)
-    out = Path(args.out or f"runs/{entry.name}-{data.name}-compare")
-    records = compare(entry, data, out, seed=args.seed, progress=not args.no_progress,
-                      fresh_reference=args.fresh_reference)
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.signal = name
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """SIGTERM and SIGHUP raise :class:`_Stopped` in the main thread, as Ctrl-C raises
+    KeyboardInterrupt; a second one acts at once (the previous handler), and a signal the
+    process inherited as ignored (``nohup``) stays ignored. The previous handlers are restored."""
+    import signal
+
+    previous = {}
+
+    def stop(num, frame):
+        for k, v in previous.items():
+            signal.signal(k, v)
+        raise _Stopped(signal.Signals(num).name)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        num = getattr(signal, name, None)
+        if num is None or signal.getsignal(num) is signal.SIG_IGN:
+            continue
+        previous[num] = signal.getsignal(num) or signal.SIG_DFL
+        signal.signal(num, stop)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            signal.signal(k, v)
+
+
+def cmd_compare(args) -> int:
+    import signal
+
+    from ssgp_ppl.report import budget, compare, finished_methods
+
+    out = None
+    try:
+        with _stop_on_signals():
+            entry = _entry(args)
+            data = _load_data(args, entry)
+            entry = budget(entry, data.n_train, steps=args.steps, samples=args.samples,
+                           chains=args.chains)
+            out = Path(args.out or f"runs/{entry.name}-{data.name}-compare")
+            records = compare(entry, data, out, seed=args.seed, progress=not args.no_progress,
+                              fresh_reference=args.fresh_reference, overwrite=args.overwrite,
+                              resume=bool(args.resume),
+                              run_record=_run_record(args, COMPARE_ARGS) | {"command": "compare"})
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: 128 + the signal, as fit
+        name = getattr(e, "signal", "SIGINT")
+        stopped = 128 + signal.Signals[name].value
+        if out is None:
+            print(f"ssgp-ppl: stopped by {name}", file=sys.stderr)
+        elif (out / rundir.STAGING).is_dir():
+            done = finished_methods(out)
+            kept = (f"finished methods kept in {out / rundir.STAGING}: {', '.join(done)}" if done
+                    else "no method had finished")
+            print(f"ssgp-ppl: stopped by {name}; {kept}; continue with: ssgp-ppl compare "
+                  f"--resume {out}", file=sys.stderr)
+        else:
+            print(f"ssgp-ppl: stopped by {name} after the comparison was written to {out}",
+                  file=sys.stderr)
+        return stopped
     rows = [{**r, "method": r["reference"]["label"] if r["reference"].get("source") == "gold"
              else f"{r['method']} (reference, "
              f"{'converged' if r['reference']['converged'] else 'NOT CONVERGED'})"}
@@ -442,8 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MPLBACKEND", "Agg")  # the report's figures are files, never windows
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "fit" and not args.resume and (args.model is None or args.data is None):
-        parser.error("fit needs a model and --data (or --resume DIR)")
+    if args.command in ("fit", "compare") and not args.resume and (
+            args.model is None or args.data is None):
+        parser.error(f"{args.command} needs a model and --data (or --resume DIR)")
     try:
         from ssgp_ppl.errors import SSGPError
 
@@ -453,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
             for d in args.catalog:
                 add_catalog(d)
             if getattr(args, "resume", None):  # before JAX starts: the run may be float64
-                _resume_args(args, parser.parse_args(["fit", "--resume", args.resume]))
+                _resume_args(args, parser.parse_args([args.command, "--resume", args.resume]))
             if args.command != "models":
                 _check_dask(args)
                 _setup_jax(args.x64, _distributed(args))

@@ -15,13 +15,16 @@ reference that did not converge is labelled so in every table and plot that uses
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
+import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from ssgp_ppl import gold, invariants, methods
+from ssgp_ppl import gold, invariants, methods, rundir
 from ssgp_ppl.calibration import (
     LOG_DENSITY_SPREAD,
     LOG_EVIDENCE_SPREAD,
@@ -36,7 +39,7 @@ from ssgp_ppl.calibration import (
 from ssgp_ppl.datasets import Dataset
 from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.io import write_json, write_text_atomic
+from ssgp_ppl.io import write_bytes_atomic, write_json, write_text_atomic
 from ssgp_ppl.metrics import DEFAULT_LEVELS as LEVELS
 from ssgp_ppl.metrics import coverage_curve
 from ssgp_ppl.paths import OBJECTIVE_KINDS, SCREEN_DRAWS, combine, split_chains
@@ -376,9 +379,14 @@ def _reference_fit(entry, data, method, *, seed, progress, handoff, fresh, gold_
         return evaluate(g.posterior(), data, seed=seed), g
 
 
+PROGRESS = "progress.json"  # in the staging directory: the settings and the finished methods
+HANDOFF = "handoff.npz"  # in the staging directory: what the entry's own method hands the others
+
+
 def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             progress: bool = True, fresh_reference: bool = False,
-            gold_root: Path | None = None) -> list[dict]:
+            gold_root: Path | None = None, overwrite: bool = False, resume: bool = False,
+            run_record: dict | None = None) -> list[dict]:
     """Fit every method of ``entry`` (plus the reference where possible) on one split, write the
     report.
 
@@ -389,12 +397,129 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     The reference is the stored gold reference of this target where there is one
     (:mod:`ssgp_ppl.gold`; ``gold_root`` overrides where they are looked up), unless
     ``fresh_reference``; otherwise it is computed here, on the entry's own budget.
+
+    ``out`` is held by this process (:mod:`ssgp_ppl.rundir`: a second run on it is refused). The
+    run is written to ``out/.ssgp-ppl-staging`` and moved into ``out`` when complete; a run
+    already in ``out`` is refused unless ``overwrite``. ``resume`` continues an interrupted
+    comparison of the same settings (entry, data, seed), loading each method it finished.
+    ``run_record`` is written as its ``run.json`` (what ``ssgp-ppl compare --resume`` reads).
     """
     lik = entry.config["model"]["likelihood"]
     if lik != "gaussian":
         raise SSGPError(f"{entry.name}: compare's calibration report (coverage, PIT, CRPS) is for "
                         f"Gaussian-likelihood entries; this one is {lik} (use `ssgp-ppl fit`)")
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out)
+    with rundir.hold(out):
+        stage = rundir.stage(out, resume=resume, overwrite=overwrite)
+        state = _progress(stage, _fingerprint(entry, data, seed, fresh_reference, gold_root),
+                          resume)
+        if run_record is not None and not (stage / "run.json").exists():
+            write_json(stage / "run.json", run_record)
+        records = _compare_in(entry, data, stage, state, seed=seed, progress=progress,
+                              fresh_reference=fresh_reference, gold_root=gold_root)
+        names = [p.name for p in stage.iterdir() if p.name not in (PROGRESS, HANDOFF)
+                 and not p.name.startswith(".")]
+        rundir.publish(out, stage, names)
+    return records
+
+
+def _fingerprint(entry, data, seed, fresh_reference, gold_root) -> dict:
+    """What an interrupted comparison must match to be continued: the entry and its settings,
+    the training and test rows, the seed and where the reference comes from."""
+    from ssgp_ppl.checkpoint import run_fingerprint
+
+    given = {"test": {"x": np.asarray(data.x_test), "y": np.asarray(data.y_test)}}
+    return {**run_fingerprint(entry, data, "compare", seed, None, given),
+            "fresh_reference": fresh_reference,
+            "gold_root": None if gold_root is None else str(Path(gold_root).resolve())}
+
+
+def _progress(stage: Path, fingerprint: dict, resume: bool) -> dict:
+    """The comparison's state in ``stage``: its fingerprint and its finished methods (method ->
+    labels, reference record, hand-over), read back when resuming; a comparison of other
+    settings is refused."""
+    path = stage / PROGRESS
+    if resume and path.is_file():
+        try:
+            state = json.loads(path.read_text())
+            if not isinstance(state["fingerprint"], dict) or not isinstance(state["done"], dict):
+                raise TypeError("not a mapping")
+        except (ValueError, KeyError, TypeError) as e:
+            raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e}); give --overwrite to "
+                            "start afresh") from None
+        theirs = state["fingerprint"]
+        for k in sorted(set(fingerprint) | set(theirs)):
+            if fingerprint.get(k) != theirs.get(k):
+                raise SSGPError(f"{stage.parent} holds a comparison of other settings: {k} is "
+                                f"{theirs.get(k)!r} there and {fingerprint.get(k)!r} here; give "
+                                "its settings, or --overwrite to start afresh")
+        return state
+    state = {"fingerprint": fingerprint, "done": {}}
+    _write_progress(stage, state)
+    return state
+
+
+def _write_progress(stage: Path, state: dict) -> None:
+    # NaN kept as NaN: a resumed reference record reads as the fitted one
+    write_text_atomic(stage / PROGRESS, json.dumps(state, indent=1) + "\n")
+
+
+def finished_methods(out: Path) -> list[str]:
+    """The methods an interrupted comparison in ``out`` finished (kept for ``--resume``)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError, KeyError):
+        return list(json.loads((out / rundir.STAGING / PROGRESS).read_text())["done"])
+    return []
+
+
+def _save_finished(stage: Path, state: dict, method: str, runs: list, reference: dict | None,
+                   handoff: Handoff | None) -> None:
+    """Save a finished method's posteriors (and the hand-over of the entry's own method), then
+    record it as finished: a method is resumed only when all of it is on disk."""
+    for label, r in runs:
+        r.save(stage / f"posterior_{label}.nc")
+    saved = {"labels": [label for label, _ in runs], "reference": reference}
+    if handoff is not None:
+        type2 = handoff.type2
+        arrays = {f"type2_{k}": np.asarray(v) for k, v in (type2 or {}).items()}
+        if handoff.spectral_points is not None:
+            arrays["spectral_points"] = np.asarray(handoff.spectral_points)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        write_bytes_atomic(stage / HANDOFF, buf.getbuffer())
+        saved["handoff"] = {"type2": None if type2 is None else sorted(type2),
+                            "spectral_points": handoff.spectral_points is not None}
+    state["done"][method] = saved
+    _write_progress(stage, state)
+
+
+def _load_finished(stage: Path, method: str, saved: dict | None, partitions, progress: bool):
+    """(runs, handoff) of a method an interrupted comparison finished, loaded from ``stage``;
+    None when it did not finish or its files do not load (it is then fitted again)."""
+    if saved is None:
+        return None
+    from ssgp_ppl.api import load
+
+    try:
+        with step(f"{method}: finished by the interrupted run, loading it from {stage}", progress):
+            runs = [(label, load(stage / f"posterior_{label}.nc")) for label in saved["labels"]]
+            handoff = None
+            if "handoff" in saved:
+                h = saved["handoff"]
+                with np.load(stage / HANDOFF, allow_pickle=False) as z:
+                    handoff = Handoff(
+                        None if h["type2"] is None else {k: z[f"type2_{k}"] for k in h["type2"]},
+                        z["spectral_points"] if h["spectral_points"] else None, partitions)
+    except (SSGPError, OSError, ValueError, KeyError, TypeError) as e:
+        print(f"ssgp-ppl: {method}: its saved files do not load ({type(e).__name__}: {e}); "
+              "fitting it again", file=sys.stderr)
+        return None
+    return runs, handoff
+
+
+def _compare_in(entry, data, stage: Path, state: dict, *, seed, progress, fresh_reference,
+                gold_root) -> list[dict]:
+    """:func:`compare` in the staging directory ``stage``; ``state``: its finished methods."""
+    done = state["done"]
     results, records = [], []
     readings: dict = {}  # label -> {"test": PITReading, "loo": PITReading}
     # built once, shared by every method
@@ -403,35 +528,49 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     handoff = Handoff(partitions=partitions)
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
     for i, method in enumerate(methods_to_run(entry, data.n_train)):
-        g = None
-        if methods.get(method).reference:
-            res, g = _reference_fit(entry, data, method, seed=seed, progress=progress,
-                                    handoff=handoff, fresh=fresh_reference, gold_root=gold_root)
+        is_ref = methods.get(method).reference
+        loaded = _load_finished(stage, method, done.get(method), partitions, progress)
+        if loaded is not None and i == 0 and loaded[1] is None:  # its hand-over was not saved
+            loaded = None
+        if loaded is not None:
+            runs, given = loaded
+            res = next(r for label, r in runs if label == method)
+            ref_record = done[method]["reference"]
         else:
-            res = fit(entry, data, method, seed=seed, progress=progress, inputs=handoff)
+            g = None
+            if is_ref:
+                res, g = _reference_fit(entry, data, method, seed=seed, progress=progress,
+                                        handoff=handoff, fresh=fresh_reference, gold_root=gold_root)
+            else:
+                res = fit(entry, data, method, seed=seed, progress=progress, inputs=handoff)
+            given = Handoff(res.handoff.type2, res.handoff.spectral_points, partitions)
+            runs = [(method, res)]
+            if res.path_posteriors:  # a multi-path fit: its first path alone is the single-run fit
+                one = evaluate(res.path_posteriors[0], data, seed=seed)
+                runs.insert(0, (f"{method}-one-path", one))
+            if is_ref and len(chains := split_chains(res)) > 1:
+                # the reference's chains as paths, stacked (Yao, Vehtari & Gelman 2022)
+                stacked = evaluate(combine(chains, data, "stacking", seconds=res.info.fit_seconds),
+                                   data, seed=seed)
+                runs.append((f"{method}-chains-stacked", stacked))
+            ref_record = None
+            if is_ref:
+                ref_record = _gold_record(g) if g is not None else \
+                    reference_health(res.datatree, res.info)
+                ref_record["chain_loo"] = chain_loo(res.datatree)
+                ref_record = json.loads(json.dumps(ref_record))  # as a resumed run reads it
+            _save_finished(stage, state, method, runs, ref_record, given if i == 0 else None)
         if i == 0:
-            handoff = Handoff(res.handoff.type2, res.handoff.spectral_points, partitions)
-        runs = [(method, res)]
-        if res.path_posteriors:  # a multi-path fit: its first path alone is the single-run fit
-            one = evaluate(res.path_posteriors[0], data, seed=seed)
-            runs.insert(0, (f"{method}-one-path", one))
-        if methods.get(method).reference and len(chains := split_chains(res)) > 1:
-            # the reference's chains as paths, stacked (Yao, Vehtari & Gelman 2022)
-            stacked = evaluate(combine(chains, data, "stacking", seconds=res.info.fit_seconds),
-                               data, seed=seed)
-            runs.append((f"{method}-chains-stacked", stacked))
+            handoff = given
         for label, r in runs:
             with step(f"{label}: coverage and PSIS-LOO", progress):
                 rec = _evaluate_record(r, label, data, y_test, readings)
-            if r is res and methods.get(method).reference:
-                rec["reference"] = _gold_record(g) if g is not None else \
-                    reference_health(r.datatree, r.info)
-                rec["reference"]["chain_loo"] = chain_loo(r.datatree)
+            if r is res and is_ref:
+                rec["reference"] = ref_record
             if r.info.paths:
                 rec["paths"] = paths_record(r, data)
             results.append(r)
             records.append(rec)
-            r.save(out / f"posterior_{label}.nc")
     ref = next((r for r, rec in zip(results, records, strict=True) if "reference" in rec), None)
     ref_label = _reference_label(records)
     if ref is not None:
@@ -450,12 +589,12 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
                     if floor is not None and q in floor:
                         v["w1_scaled_floor"] = floor[q]["w1_scaled"]
                 rec["vs_reference"]["reference_converged"] = ref_rec["reference"]["converged"]
-    write_json(out / "comparison.json", {"format": REPORT_FORMAT, "model": entry.name,
+    write_json(stage / "comparison.json", {"format": REPORT_FORMAT, "model": entry.name,
                                          "dataset": data.name, "split": data.split, "seed": seed,
                                          "methods": records})
-    with step(f"report: plots and {out / 'report.html'}", progress):
+    with step(f"report: plots and {stage.parent / 'report.html'}", progress):
         page = _html(entry, data, seed, records, results, ref_label, readings)
-    write_text_atomic(out / "report.html", page)
+    write_text_atomic(stage / "report.html", page)
     return records
 
 
@@ -684,7 +823,8 @@ def compare_named(name: str, dataset: str, out_root: Path | str = "reports", *,
     """:func:`compare` for catalog entry ``name`` on data set ``dataset`` (inputs scaled as the
     entry's ``[data] x_scaling`` says) into ``out_root/<name>-<dataset>``; returns the
     comparison.json content. ``small_run``: :func:`small`; ``reuse``: read an existing
-    comparison.json instead of refitting (the notebooks share their full-size runs)."""
+    comparison.json instead of refitting (the notebooks share their full-size runs); without
+    it a comparison already there is replaced."""
     import json
 
     from ssgp_ppl.datasets import load
@@ -701,7 +841,7 @@ def compare_named(name: str, dataset: str, out_root: Path | str = "reports", *,
     data = load(dataset, x_scaling=entry.config["data"]["x_scaling"])
     if small_run:
         entry, data = small(entry, data)
-    compare(entry, data, out, seed=seed, progress=progress)
+    compare(entry, data, out, seed=seed, progress=progress, overwrite=True)  # refits it
     return json.loads((out / "comparison.json").read_text())
 
 

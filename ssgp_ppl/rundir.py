@@ -1,6 +1,8 @@
-"""A run directory (``fit --out DIR``) that two runs cannot corrupt: one run holds it at a time
-(an advisory lock; a second run is refused with the holder's pid), and a run already in it is
-never overwritten unless the user says so (``--overwrite``) or continues it (``--resume``)."""
+"""A run directory (``fit --out DIR``, ``compare --out DIR``) that two runs cannot corrupt: one
+run holds it at a time (an advisory lock; a second run is refused with the holder's pid), and a
+run already in it is never overwritten unless the user says so (``--overwrite``) or continues it
+(``--resume``). A comparison is written to a staging directory inside it and moved into place
+when it is complete, so a partial comparison never sits beside a finished one."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +20,8 @@ from ssgp_ppl.errors import SSGPError
 
 LOCK = ".ssgp-ppl.lock"
 RUN_FILES = ("run.json", "metrics.json", "checkpoint.npz", "posterior.nc")
+COMPARE_FILES = ("comparison.json", "report.html")  # a finished comparison (and posterior_*.nc)
+STAGING = ".ssgp-ppl-staging"  # a comparison in progress, moved into its directory when complete
 
 
 @contextlib.contextmanager
@@ -53,8 +60,10 @@ def check_free(out: Path, *, resume: bool, overwrite: bool) -> None:
     continue an interrupted one."""
     if resume or overwrite:
         return
-    found = [f for f in RUN_FILES if (out / f).exists()] + \
-        [f for f in checkpoints(out) if f not in RUN_FILES]
+    if staged(out):
+        raise SSGPError(f"{out} holds an interrupted comparison; choose another --out or give "
+                        "--overwrite to replace it")
+    found = run_files(out)
     if not found or found == ["run.json"]:  # nothing trained yet (it stopped before training)
         return
     metrics = out / "metrics.json"
@@ -69,3 +78,79 @@ def check_free(out: Path, *, resume: bool, overwrite: bool) -> None:
                         f"--resume {out}, or give --overwrite to start afresh")
     raise SSGPError(f"{out} already holds a run ({', '.join(found)}); choose another --out or "
                     "give --overwrite to replace it")
+
+
+def run_files(out: Path) -> list[str]:
+    """Names of the files of a run in ``out``: a fit's and a comparison's."""
+    return [f for f in (*RUN_FILES, *COMPARE_FILES) if (out / f).exists()] + \
+        [f for f in checkpoints(out) if f not in RUN_FILES] + \
+        [p.name for p in sorted(out.glob("posterior_*.nc"))]
+
+
+def staged(out: Path) -> list[str]:
+    """Names of the posteriors an interrupted comparison left in ``out``'s staging directory."""
+    return [p.name for p in sorted((out / STAGING).glob("posterior_*.nc"))]
+
+
+def stage(out: Path, *, resume: bool, overwrite: bool) -> Path:
+    """The staging directory of a comparison in ``out`` (held by this process): the interrupted
+    one's with ``resume``, else a new empty one. A run already in ``out`` is refused unless
+    ``overwrite`` (it is replaced when the new one is complete, :func:`publish`)."""
+    staging = out / STAGING
+    if resume and overwrite:
+        raise SSGPError("--resume continues the comparison in its directory and --overwrite "
+                        "starts afresh: give one of them")
+    if resume:
+        if staging.is_dir() and not staging.is_symlink():
+            return staging
+        if (out / "comparison.json").exists():
+            raise SSGPError(f"{out} holds a finished comparison: nothing to resume (give "
+                            "--overwrite to run it again)")
+        raise SSGPError(f"{out} holds no interrupted comparison to resume")
+    if not overwrite:
+        if staged(out):
+            raise SSGPError(f"{out} holds an interrupted comparison: continue it with ssgp-ppl "
+                            f"compare --resume {out}, or give --overwrite to start afresh")
+        found = run_files(out)
+        if found:
+            raise SSGPError(f"{out} already holds a run ({', '.join(found)}); choose another "
+                            "--out or give --overwrite to replace it")
+    if staging.is_symlink() or staging.is_file():
+        staging.unlink()
+    elif staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    return staging
+
+
+def publish(out: Path, staging: Path, names: list[str]) -> None:
+    """Move the files ``names`` of a complete comparison from ``staging`` into ``out``, replacing
+    the run there: its report goes first and the new report comes last, and signals wait until
+    the moves are done."""
+    with _signals_deferred():
+        old = run_files(out)
+        for f in sorted(old, key=lambda f: f not in COMPARE_FILES):  # the old report first
+            (out / f).unlink(missing_ok=True)
+        for f in sorted(names, key=lambda f: f in COMPARE_FILES):
+            os.replace(staging / f, out / f)
+        shutil.rmtree(staging)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP held back until the block ends (then the first one is raised
+    again); a signal ignored here stays ignored. Only in the main thread, where handlers run."""
+    previous, pending = {}, []
+    if threading.current_thread() is threading.main_thread():
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+            num = getattr(signal, name, None)
+            if num is None or signal.getsignal(num) in (signal.SIG_IGN, None):
+                continue
+            previous[num] = signal.signal(num, lambda n, frame: pending.append(n))
+    try:
+        yield
+    finally:
+        for num, handler in previous.items():
+            signal.signal(num, handler)
+        if pending:
+            signal.raise_signal(pending[0])
