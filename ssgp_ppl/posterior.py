@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,9 +24,10 @@ import pandas as pd
 import xarray as xr
 
 from ssgp_ppl.datasets import Scaler
-from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.errors import SSGPError, one_line
 from ssgp_ppl.partitions import Partitions
 from ssgp_ppl.predictive import (
+    STATE_ARRAYS,
     Moments,
     Prediction,
     SiteRule,
@@ -40,6 +43,14 @@ if TYPE_CHECKING:  # pragma: no cover
 SAVE_FORMAT = 1
 TEST_ARRAYS = ("mean", "var", "mean_f", "var_f", "var_y", "draws")
 STATE_GROUP = "ssgp_ppl_state"  # the group of a saved posterior that holds what predict needs
+# the state group's arrays: the rule's (predictive.STATE_ARRAYS) and those save adds
+SAVED_ARRAYS = re.compile(
+    rf"{STATE_ARRAYS.pattern}|posterior_\w+|params_\w+|[xy]_scaler_(?:mean|scale)|log_p|log_q"
+    rf"|losses|path_of_draw|test_(?:{'|'.join(TEST_ARRAYS)})")
+# a file may declare at most this many bytes of arrays per byte of its size, plus LAYOUT_SLACK_BYTES
+# (save writes them uncompressed: a file of its own declares fewer bytes than it has)
+LAYOUT_BYTES_PER_BYTE = 16
+LAYOUT_SLACK_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -282,17 +293,68 @@ class Posterior:
         return path
 
 
+def check_layout(path: Path) -> None:
+    """One SSGPError if the file's metadata (read without any of its data) declares what no saved
+    posterior holds: more bytes of arrays than LAYOUT_BYTES_PER_BYTE per byte of the file (plus
+    LAYOUT_SLACK_BYTES; a declared but unwritten array costs the file nothing), or a state-group
+    variable :meth:`Posterior.save` never writes (name, dimensions, a non-numeric type, a
+    subgroup)."""
+    import h5netcdf
+    import h5py
+
+    def walk(group, where):
+        for name, v in group.variables.items():
+            yield where, name, tuple(v.dimensions), tuple(int(n) for n in v.shape), v.dtype
+        for name, sub in group.groups.items():
+            yield from walk(sub, f"{where}/{name}".lstrip("/"))
+
+    size = path.stat().st_size
+    try:
+        with h5py.File(path, "r") as f:  # HDF5 errors here, before h5netcdf half-opens the file
+            dict(f.attrs)
+        with h5netcdf.File(path, "r") as f:
+            found = list(walk(f, ""))
+            state = f.groups.get(STATE_GROUP)
+            subgroups = list(state.groups) if state is not None else []
+    except Exception as e:  # a damaged file fails anywhere in HDF5 or h5netcdf
+        raise SSGPError(f"{path}: not a saved posterior ({type(e).__name__}: {one_line(e)})") from None
+
+    def nbytes(shape, dtype):
+        return math.prod(shape) * (dtype.itemsize if isinstance(dtype, np.dtype) else 16)
+
+    total = sum(nbytes(shape, dtype) for *_, shape, dtype in found)
+    if total > LAYOUT_SLACK_BYTES + LAYOUT_BYTES_PER_BYTE * size:
+        where, name, _, shape, dtype = max(found, key=lambda v: nbytes(v[3], v[4]))
+        raise SSGPError(f"{path}: declares {total / 1e9:.3g} GB of arrays in a {size:,}-byte file "
+                        f"({where}/{name}: {shape} {dtype}); not a posterior written by "
+                        "Posterior.save, refused before reading it")
+    if subgroups:
+        raise SSGPError(f"{path}: {STATE_GROUP}/{subgroups[0]}: a group Posterior.save never writes")
+    for where, name, dims, shape, dtype in found:
+        if where != STATE_GROUP:
+            continue
+        what = f"{path}: {STATE_GROUP}/{name}:"
+        if not SAVED_ARRAYS.fullmatch(name):
+            raise SSGPError(f"{what} not an array Posterior.save writes")
+        if dims != tuple(f"{name}_dim{i}" for i in range(len(shape))):
+            raise SSGPError(f"{what} dimensions {dims} are not those Posterior.save writes")
+        if not isinstance(dtype, np.dtype) or dtype.kind not in "biuf":
+            raise SSGPError(f"{what} type {dtype} is not numeric")
+
+
 def load(path: str | Path, make_entry) -> Posterior:
     """A :class:`Posterior` saved by :meth:`Posterior.save` (it predicts as the saved one did);
-    ``make_entry(name, path, config)`` rebuilds its catalog entry (:func:`ssgp_ppl.load`)."""
+    ``make_entry(name, path, config)`` rebuilds its catalog entry (:func:`ssgp_ppl.load`).
+    The file's layout is checked before any data are read (:func:`check_layout`)."""
     path = Path(path)
     if not path.is_file():
         raise SSGPError(f"{path}: no such file (save a posterior with Posterior.save)")
+    check_layout(path)
     try:
         with xr.open_datatree(os.fspath(path), engine="h5netcdf") as opened:
             dt = opened.load()
-    except (OSError, ValueError) as e:
-        raise SSGPError(f"{path}: not a saved posterior ({type(e).__name__}: {e})") from None
+    except Exception as e:  # a damaged file fails anywhere in HDF5, h5netcdf or xarray
+        raise SSGPError(f"{path}: not a saved posterior ({type(e).__name__}: {one_line(e)})") from None
     if STATE_GROUP not in dt.children:
         raise SSGPError(f"{path}: not a saved posterior (no '{STATE_GROUP}' group; posterior.nc "
                         "files of `ssgp-ppl fit` before save/load hold the DataTree only)")

@@ -1,13 +1,19 @@
-"""Saved posteriors: save refuses a target that is not a regular file."""
+"""Saved posteriors: save refuses a target that is not a regular file; load refuses a file whose
+metadata declares what no posterior holds before reading any data."""
 
+import json
 import os
+import resource
 import stat
 
+import h5netcdf
 import numpy as np
 import pytest
+import xarray as xr
 
 import ssgp_ppl
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.posterior import STATE_GROUP
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +25,21 @@ def saved(tmp_path_factory):
     post = ssgp_ppl.fit("ssgp", x=x[:30], y=y[:30], x_test=x[30:], y_test=y[30:],
                         settings={"m": 3, "ml.steps": 20, "ml.min_steps": 0})
     return post, post.save(tmp_path_factory.mktemp("saved") / "p.nc"), x[30:]
+
+
+def _rewrite(src, dst, edit=None):
+    """``src`` written again to ``dst`` through xarray, with ``edit(meta, state)`` applied to the
+    state group (its JSON attribute as a dict, its Dataset; returns the Dataset)."""
+    with xr.open_datatree(src, engine="h5netcdf") as opened:
+        dt = opened.load()
+    state = dt[STATE_GROUP].to_dataset()
+    meta = json.loads(state.attrs["ssgp_ppl"])
+    if edit is not None:
+        state = edit(meta, state)
+    state.attrs["ssgp_ppl"] = json.dumps(meta)
+    dt[STATE_GROUP] = xr.DataTree(state)
+    dt.to_netcdf(dst, engine="h5netcdf")
+    return dst
 
 
 def _one_line(e: SSGPError) -> str:
@@ -38,3 +59,52 @@ def test_save_refuses_a_target_that_is_not_a_regular_file(saved, tmp_path, kind)
     assert str(target) in _one_line(e.value) and "not a regular file" in str(e.value)
     mode = os.stat(target).st_mode
     assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISDIR(mode)
+
+
+# --------------------------------------------------------------------------- the file's layout
+@pytest.fixture
+def address_space_limited():
+    """Address space capped at 1 GiB above the current use for the test (a load that tried to
+    allocate a declared 16 GB gets a MemoryError instead of the machine's memory)."""
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (vm + 2**30, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)
+
+
+def test_a_huge_declared_but_unwritten_array_is_refused_before_reading(saved, tmp_path,
+                                                                       address_space_limited):
+    _, path, _ = saved
+    crafted = _rewrite(path, tmp_path / "crafted.nc", lambda meta, s: s.drop_vars("losses"))
+    with h5netcdf.File(crafted, "a") as f:
+        group = f.groups[STATE_GROUP]
+        group.dimensions["losses_dim0"] = 2_000_000_000
+        group.create_variable("losses", ("losses_dim0",), "f8")  # 16 GB declared, none written
+    assert crafted.stat().st_size < 100_000
+    with pytest.raises(SSGPError) as e:
+        ssgp_ppl.load(crafted)
+    msg = _one_line(e.value)
+    assert str(crafted) in msg and "losses" in msg and "16 GB" in msg
+
+
+STATE_LAYOUTS = {
+    "unknown_name": lambda s: s.assign(evil=("evil_dim0", np.ones(3))),
+    "other_dimensions": lambda s: s.assign(log_p=(("a", "b"), np.zeros((1, 1)))),
+    "text": lambda s: s.assign(losses=("losses_dim0", np.array(["a", "b"]))),
+}
+
+
+@pytest.mark.parametrize("layout", list(STATE_LAYOUTS))
+def test_a_state_variable_posterior_save_never_writes_is_refused(saved, tmp_path, layout):
+    _, path, _ = saved
+    name = {"unknown_name": "evil", "other_dimensions": "log_p", "text": "losses"}[layout]
+    bad = _rewrite(path, tmp_path / "odd.nc",
+                   lambda meta, s: STATE_LAYOUTS[layout](s.drop_vars(name, errors="ignore")))
+    with pytest.raises(SSGPError) as e:
+        ssgp_ppl.load(bad)
+    msg = _one_line(e.value)
+    assert str(bad) in msg and f"{STATE_GROUP}/{name}" in msg
