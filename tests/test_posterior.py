@@ -1,5 +1,6 @@
-"""Saved posteriors: save refuses a target that is not a regular file; load refuses a file whose
-metadata declares what no posterior holds before reading any data."""
+"""Saved posterior files: save refuses a target that is not a regular file; load validates the
+stored entry (as a catalog file) and scalers, checks the saved state's sha256 checksum, and refuses
+a file whose metadata declares what no posterior holds before reading any data."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import pytest
 import xarray as xr
 
 import ssgp_ppl
+from ssgp_ppl import posterior
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.posterior import STATE_GROUP
 
@@ -27,9 +29,20 @@ def saved(tmp_path_factory):
     return post, post.save(tmp_path_factory.mktemp("saved") / "p.nc"), x[30:]
 
 
-def _rewrite(src, dst, edit=None):
+def _same(back, post, x):
+    """``back`` is ``post``: the same predictions, test split, entry, metrics and info."""
+    a, b = post.predict(x), back.predict(x)
+    for k in ("mean", "var", "mean_f", "var_f", "draws"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k), err_msg=k)
+    np.testing.assert_array_equal(back.mean, post.mean)
+    assert back.entry.config == post.entry.config and back.method == post.method
+    assert json.dumps(back.metrics) == json.dumps(post.metrics) and back.info == post.info
+
+
+def _rewrite(src, dst, edit=None, checksum=True):
     """``src`` written again to ``dst`` through xarray, with ``edit(meta, state)`` applied to the
-    state group (its JSON attribute as a dict, its Dataset; returns the Dataset)."""
+    state group (its JSON attribute as a dict, its Dataset; returns the Dataset) and, with
+    ``checksum=False``, the checksum attribute removed (as in a file saved without one)."""
     with xr.open_datatree(src, engine="h5netcdf") as opened:
         dt = opened.load()
     state = dt[STATE_GROUP].to_dataset()
@@ -37,6 +50,8 @@ def _rewrite(src, dst, edit=None):
     if edit is not None:
         state = edit(meta, state)
     state.attrs["ssgp_ppl"] = json.dumps(meta)
+    if not checksum:
+        del state.attrs[posterior.CHECKSUM]
     dt[STATE_GROUP] = xr.DataTree(state)
     dt.to_netcdf(dst, engine="h5netcdf")
     return dst
@@ -59,6 +74,70 @@ def test_save_refuses_a_target_that_is_not_a_regular_file(saved, tmp_path, kind)
     assert str(target) in _one_line(e.value) and "not a regular file" in str(e.value)
     mode = os.stat(target).st_mode
     assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISDIR(mode)
+
+
+# --------------------------------------------------------------------------- the stored state
+def _set_m(meta, state):
+    meta["entry"]["config"]["model"]["m"] = -7
+    return state
+
+
+def _set_density(meta, state):
+    meta["entry"]["config"]["model"]["spectral_density"] = "__import__('os').system('true')"
+    return state
+
+
+def _set_poisson(meta, state):
+    meta["entry"]["config"]["model"]["likelihood"] = "poisson"
+    return state
+
+
+def _nan_y_scale(meta, state):
+    return state.assign(y_scaler_scale=state["y_scaler_scale"] * np.nan)
+
+
+def _shift_x(meta, state):
+    return state.assign(x_scaler_mean=state["x_scaler_mean"] + 0.5)
+
+
+EDITS = {"m": (_set_m, "model.m"), "density": (_set_density, "model.spectral_density"),
+         "poisson": (_set_poisson, "poisson"), "nan_y_scale": (_nan_y_scale, "y_scaler_scale"),
+         "shifted_x_scaler": (_shift_x, None)}
+
+
+def test_a_saved_posterior_carries_a_checksum_and_loads_as_saved(saved, tmp_path):
+    post, path, x = saved
+    with xr.open_datatree(path, engine="h5netcdf") as dt:
+        assert len(dt[STATE_GROUP].attrs[posterior.CHECKSUM]) == 64  # sha256, hex
+    _same(ssgp_ppl.load(path), post, x)
+    _same(ssgp_ppl.load(_rewrite(path, tmp_path / "again.nc")), post, x)  # rewritten, unchanged
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_an_edited_saved_posterior_is_refused_as_modified(saved, tmp_path, edit):
+    _, path, _ = saved
+    bad = _rewrite(path, tmp_path / "edited.nc", EDITS[edit][0])
+    with pytest.raises(SSGPError) as e:
+        ssgp_ppl.load(bad)
+    msg = _one_line(e.value)
+    assert str(bad) in msg and "modified or corrupted" in msg and "ssgp-ppl fit" in msg
+
+
+def test_a_posterior_saved_without_a_checksum_loads_as_saved(saved, tmp_path):
+    post, path, x = saved
+    _same(ssgp_ppl.load(_rewrite(path, tmp_path / "unchecked.nc", checksum=False)), post, x)
+
+
+@pytest.mark.parametrize("edit", [k for k, (_, key) in EDITS.items() if key])
+def test_an_edited_posterior_without_a_checksum_is_validated_as_a_catalog_file(saved, tmp_path,
+                                                                               edit):
+    _, path, _ = saved
+    fn, key = EDITS[edit]
+    bad = _rewrite(path, tmp_path / "edited.nc", fn, checksum=False)
+    with pytest.raises(SSGPError) as e:
+        ssgp_ppl.load(bad)
+    msg = _one_line(e.value)
+    assert str(bad) in msg and key in msg
 
 
 # --------------------------------------------------------------------------- the file's layout
