@@ -1,6 +1,7 @@
-"""Saved posterior files: save refuses a target that is not a regular file; load validates the
-stored entry (as a catalog file) and scalers, checks the saved state's sha256 checksum, and refuses
-a file whose metadata declares what no posterior holds before reading any data."""
+"""Saved posteriors: save refuses a target that is not a regular file; load validates the stored
+entry (as a catalog file) and scalers, checks the saved state's sha256 checksum, and refuses a file
+whose metadata declares what no posterior holds before reading any data. Random corruptions of a
+saved file give the saved posterior back or one SSGPError line."""
 
 import json
 import os
@@ -11,6 +12,8 @@ import h5netcdf
 import numpy as np
 import pytest
 import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ssgp_ppl
 from ssgp_ppl import posterior
@@ -187,3 +190,99 @@ def test_a_state_variable_posterior_save_never_writes_is_refused(saved, tmp_path
         ssgp_ppl.load(bad)
     msg = _one_line(e.value)
     assert str(bad) in msg and f"{STATE_GROUP}/{name}" in msg
+
+
+# --------------------------------------------------------------------------- random corruptions
+_CHARS = st.characters(exclude_characters="\x00")  # netCDF text attributes hold no NUL
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+                    st.lists(st.integers(-3, 3), max_size=3),
+                    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+
+
+def _leaves(obj, prefix=()):
+    """Paths to every value of a JSON document (dict keys, list indices), containers included."""
+    yield prefix
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        yield from _leaves(v, (*prefix, k))
+
+
+def _set(obj, where, value):
+    if not where:
+        return value
+    node = obj
+    for k in where[:-1]:
+        node = node[k]
+    node[where[-1]] = value
+    return obj
+
+
+def _corrupt(data, path, dst, checksum=True):
+    """``path`` written to ``dst`` with one random corruption: bytes flipped, an attribute changed
+    or removed, or a variable of any group dropped."""
+    kind = data.draw(st.sampled_from(["flip", "attribute", "drop"] if checksum else ["attribute"]))
+    if kind == "flip":
+        raw = bytearray(path.read_bytes())
+        for _ in range(data.draw(st.integers(1, 4))):
+            raw[data.draw(st.integers(0, len(raw) - 1))] ^= data.draw(st.integers(1, 255))
+        dst.write_bytes(bytes(raw))
+        return dst
+    with xr.open_datatree(path, engine="h5netcdf") as opened:
+        dt = opened.load()
+    if kind == "drop":
+        groups = sorted(g.path for g in dt.subtree if g.ds.variables)
+        group = data.draw(st.sampled_from(groups))
+        name = data.draw(st.sampled_from(sorted(dt[group].ds.variables)))
+        dt[group] = xr.DataTree(dt[group].to_dataset().drop_vars(name))
+    else:
+        state = dt[STATE_GROUP].to_dataset()
+        if not checksum:
+            del state.attrs[posterior.CHECKSUM]
+        where = data.draw(st.sampled_from(["meta", "meta_text", "checksum", "root", "posterior"]
+                                          if checksum else ["meta"]))
+        if where == "meta":
+            meta = json.loads(state.attrs["ssgp_ppl"])
+            leaf = data.draw(st.sampled_from(list(_leaves(meta))))
+            state.attrs["ssgp_ppl"] = json.dumps(_set(meta, leaf, data.draw(_VALUES)))
+        elif where == "meta_text":
+            state.attrs["ssgp_ppl"] = data.draw(st.text(_CHARS, max_size=40))
+        elif where == "checksum":
+            value = data.draw(st.one_of(st.none(), st.text("0123456789abcdef", min_size=64,
+                                                           max_size=64)))
+            state.attrs.pop(posterior.CHECKSUM) if value is None else \
+                state.attrs.update({posterior.CHECKSUM: value})
+        else:
+            node = dt if where == "root" else dt["posterior"]
+            key = data.draw(st.sampled_from(sorted(node.attrs)))
+            node.attrs[key] = data.draw(st.one_of(st.integers(-5, 5), st.text(_CHARS, max_size=8)))
+        dt[STATE_GROUP] = xr.DataTree(state)
+    dt.to_netcdf(dst, engine="h5netcdf")
+    return dst
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_corrupted_file_loads_as_saved_or_is_refused_in_one_line(saved, tmp_path_factory, data):
+    post, path, x = saved
+    bad = _corrupt(data, path, tmp_path_factory.mktemp("bad") / "p.nc")
+    try:
+        back = ssgp_ppl.load(bad)
+    except SSGPError as e:
+        _one_line(e)
+        return
+    _same(back, post, x)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_an_edited_file_without_a_checksum_loads_or_is_refused_in_one_line(saved, tmp_path_factory,
+                                                                           data):
+    _, path, _ = saved
+    bad = _corrupt(data, path, tmp_path_factory.mktemp("bad") / "p.nc", checksum=False)
+    try:
+        ssgp_ppl.load(bad)
+    except SSGPError as e:
+        _one_line(e)
