@@ -15,7 +15,7 @@ import numpy as np
 
 from ssgp_ppl import datasets, methods, pipeline
 from ssgp_ppl import posterior as _posterior
-from ssgp_ppl.entry import CatalogEntry, add_catalog, catalog_files, load_entry
+from ssgp_ppl.entry import CatalogEntry, add_catalog, catalog_files, from_saved, load_entry
 from ssgp_ppl.errors import CatalogWarning, SSGPError
 from ssgp_ppl.posterior import Posterior
 from ssgp_ppl.tables import TableOptions
@@ -87,8 +87,14 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
 
 
 def load(path: str | Path) -> Posterior:
-    """A posterior saved with :meth:`Posterior.save`: it predicts exactly as the saved one did."""
-    return _posterior.load(path, CatalogEntry)
+    """A posterior saved with :meth:`Posterior.save`: it predicts exactly as the saved one did.
+
+    Refused with one :class:`~ssgp_ppl.errors.SSGPError` naming the file: a file modified or
+    corrupted since it was saved (its sha256 checksum), a stored entry that is not a valid catalog
+    entry, scalers that are not finite, and a file declaring arrays no saved posterior holds
+    (checked before any data are read). A file saved without a checksum loads after the other
+    checks."""
+    return _posterior.load(path, from_saved)
 
 
 def catalog() -> list[dict]:

@@ -292,6 +292,12 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
     return entry
 
 
+def from_saved(name: str, path: Path, config: dict, src: str) -> CatalogEntry:
+    """The entry a saved posterior stores (:func:`ssgp_ppl.posterior.load`), validated as a
+    catalog file is: every problem one SSGPError naming ``src`` and the dotted key."""
+    return _build(name, path, config, src=src)
+
+
 def load_entry(name_or_path: str | Path) -> CatalogEntry:
     """Load a catalog entry by name (see :func:`list_entries`) or by path to a TOML file."""
     p = Path(name_or_path)

@@ -3,7 +3,8 @@ directory (a random name created exclusively, never through a planted link, with
 umask gives any new file), is flushed to disk,
 then renamed over the target; on any failure the temporary file is removed and the old target is
 left as it was. A failed write (a full disk, a read-only file system) is one :class:`SSGPError`
-naming the path."""
+naming the path, and so is a target that exists and is not a regular file (a device such as
+/dev/null, a FIFO, a socket, a directory): the rename would replace it with a file."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import json
 import math
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from ssgp_ppl.errors import SSGPError
@@ -32,9 +34,28 @@ def _new_temporary(path: Path) -> tuple[int, Path]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def check_target(path: str | Path) -> None:
+    """One :class:`SSGPError` naming ``path`` if it exists (through a link too) and is not a
+    regular file: an atomic write would replace it (a device, a FIFO, a directory) with a file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # nothing there (or nothing to stat): the write itself reports any problem
+        return
+    if not stat.S_ISREG(mode):
+        what = next((text for test, text in _KINDS if test(mode)), "a special file")
+        raise SSGPError(f"cannot write {path}: it is {what}, not a regular file; give the path "
+                        "of a file to write")
+
+
 def write_bytes_atomic(path: str | Path, data: bytes | memoryview) -> None:
     """``data`` into ``path`` atomically (see the module docstring)."""
     path = Path(path)
+    check_target(path)
     try:
         fd, tmp = _new_temporary(path)
     except OSError as e:
@@ -94,5 +115,7 @@ def print_json(doc, out: str | Path | None = None) -> None:
 
 def write_datatree(path: Path, dt) -> None:
     """netCDF (h5netcdf) of a DataTree, written atomically: serialised in memory first, so a
-    full disk is an error of :func:`write_bytes_atomic`, never a failure inside HDF5."""
+    full disk is an error of :func:`write_bytes_atomic`, never a failure inside HDF5 (a target
+    that is not a regular file is refused before the tree is serialised)."""
+    check_target(path)
     write_bytes_atomic(path, dt.to_netcdf(engine="h5netcdf"))

@@ -11,8 +11,11 @@ file.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,9 +25,10 @@ import pandas as pd
 import xarray as xr
 
 from ssgp_ppl.datasets import Scaler
-from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.errors import SSGPError, one_line
 from ssgp_ppl.partitions import Partitions
 from ssgp_ppl.predictive import (
+    STATE_ARRAYS,
     Moments,
     Prediction,
     SiteRule,
@@ -40,6 +44,15 @@ if TYPE_CHECKING:  # pragma: no cover
 SAVE_FORMAT = 1
 TEST_ARRAYS = ("mean", "var", "mean_f", "var_f", "var_y", "draws")
 STATE_GROUP = "ssgp_ppl_state"  # the group of a saved posterior that holds what predict needs
+CHECKSUM = "ssgp_ppl_sha256"  # the state group's attribute holding state_checksum(...)
+# the state group's arrays: the rule's (predictive.STATE_ARRAYS) and those save adds
+SAVED_ARRAYS = re.compile(
+    rf"{STATE_ARRAYS.pattern}|posterior_\w+|params_\w+|[xy]_scaler_(?:mean|scale)|log_p|log_q"
+    rf"|losses|path_of_draw|test_(?:{'|'.join(TEST_ARRAYS)})")
+# a file may declare at most this many bytes of arrays per byte of its size, plus LAYOUT_SLACK_BYTES
+# (save writes them uncompressed: a file of its own declares fewer bytes than it has)
+LAYOUT_BYTES_PER_BYTE = 16
+LAYOUT_SLACK_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -232,7 +245,8 @@ class Posterior:
 
     def save(self, path: str | Path) -> Path:
         """One netCDF file: the DataTree (if any) plus a group with the rule's arrays, the sites,
-        the scalers and, as JSON attributes, the catalog configuration, method and info."""
+        the scalers and, as JSON attributes, the catalog configuration, method and info, with the
+        sha256 of all of it (:func:`state_checksum`) that :func:`load` checks."""
         from ssgp_ppl.io import write_datatree
 
         path = Path(path)
@@ -275,43 +289,179 @@ class Posterior:
                                                         "y_shift": self.test.y_shift,
                                                         "gaussian": bool(self.test.gaussian)},
                 "metrics": self.metrics}
-        ds.attrs["ssgp_ppl"] = json.dumps(meta, allow_nan=True)
+        text = json.dumps(meta, allow_nan=True)
+        ds.attrs["ssgp_ppl"] = text
+        ds.attrs[CHECKSUM] = state_checksum(text, arrays, self.sites if in_tree else {})
         dt = self.datatree.copy() if self.datatree is not None else xr.DataTree()
         dt[STATE_GROUP] = xr.DataTree(ds)
         write_datatree(path, dt)
         return path
 
 
+def state_checksum(text: str, arrays: dict, tree_sites: dict) -> str:
+    """sha256 (hex) of a saved posterior's state: the JSON attribute's ``text``, every array of the
+    state group and the site draws kept in the DataTree's posterior group, each by name, dtype,
+    shape and values (NaNs as the one NaN a netCDF file reads back)."""
+    h = hashlib.sha256(json.dumps(["ssgp_ppl", len(text)]).encode() + text.encode())
+    for group, named in (("state", arrays), ("posterior", tree_sites)):
+        for k in sorted(named):
+            a = np.asarray(named[k])
+            if a.dtype.kind == "f":
+                a = np.where(np.isnan(a), np.nan, a).astype(a.dtype)
+            if a.dtype.kind in "biuf":
+                a = np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
+                data = a.tobytes()
+            else:  # never written by save: hashed as text, so that it only mismatches
+                data = repr(a.tolist()).encode()
+            h.update(json.dumps([group, str(k), a.dtype.str, list(a.shape), len(data)]).encode())
+            h.update(data)
+    return h.hexdigest()
+
+
+def check_layout(path: Path) -> None:
+    """One SSGPError if the file's metadata (read without any of its data) declares what no saved
+    posterior holds: more bytes of arrays than LAYOUT_BYTES_PER_BYTE per byte of the file (plus
+    LAYOUT_SLACK_BYTES; a declared but unwritten array costs the file nothing), or a state-group
+    variable :meth:`Posterior.save` never writes (name, dimensions, a non-numeric type, a
+    subgroup)."""
+    import h5netcdf
+    import h5py
+
+    def walk(group, where):
+        for name, v in group.variables.items():
+            yield where, name, tuple(v.dimensions), tuple(int(n) for n in v.shape), v.dtype
+        for name, sub in group.groups.items():
+            yield from walk(sub, f"{where}/{name}".lstrip("/"))
+
+    size = path.stat().st_size
+    try:
+        with h5py.File(path, "r") as f:  # HDF5 errors here, before h5netcdf half-opens the file
+            dict(f.attrs)
+        with h5netcdf.File(path, "r") as f:
+            found = list(walk(f, ""))
+            state = f.groups.get(STATE_GROUP)
+            subgroups = list(state.groups) if state is not None else []
+    except Exception as e:  # a damaged file fails anywhere in HDF5 or h5netcdf
+        raise SSGPError(f"{path}: not a saved posterior ({type(e).__name__}: {one_line(e)})") from None
+
+    def nbytes(shape, dtype):
+        return math.prod(shape) * (dtype.itemsize if isinstance(dtype, np.dtype) else 16)
+
+    total = sum(nbytes(shape, dtype) for *_, shape, dtype in found)
+    if total > LAYOUT_SLACK_BYTES + LAYOUT_BYTES_PER_BYTE * size:
+        where, name, _, shape, dtype = max(found, key=lambda v: nbytes(v[3], v[4]))
+        raise SSGPError(f"{path}: declares {total / 1e9:.3g} GB of arrays in a {size:,}-byte file "
+                        f"({where}/{name}: {shape} {dtype}); not a posterior written by "
+                        "Posterior.save, refused before reading it")
+    if subgroups:
+        raise SSGPError(f"{path}: {STATE_GROUP}/{subgroups[0]}: a group Posterior.save never writes")
+    for where, name, dims, shape, dtype in found:
+        if where != STATE_GROUP:
+            continue
+        what = f"{path}: {STATE_GROUP}/{name}:"
+        if not SAVED_ARRAYS.fullmatch(name):
+            raise SSGPError(f"{what} not an array Posterior.save writes")
+        if dims != tuple(f"{name}_dim{i}" for i in range(len(shape))):
+            raise SSGPError(f"{what} dimensions {dims} are not those Posterior.save writes")
+        if not isinstance(dtype, np.dtype) or dtype.kind not in "biuf":
+            raise SSGPError(f"{what} type {dtype} is not numeric")
+
+
+def _check_scaler(path: Path, arrays: dict, name: str, ndim: int) -> Scaler:
+    """The saved scaler ``name``: finite means, finite and positive scales, of one shape."""
+    mean, scale = arrays[f"{name}_mean"], arrays[f"{name}_scale"]
+    if mean.ndim != ndim or mean.shape != scale.shape or (ndim and not mean.size):
+        raise SSGPError(f"{path}: {name}_mean / {name}_scale: shapes {mean.shape} and "
+                        f"{scale.shape} are not those of a saved scaler")
+    if not np.isfinite(mean).all():
+        raise SSGPError(f"{path}: {name}_mean: a saved scaler's means must be finite")
+    if not (np.isfinite(scale).all() and (scale > 0).all()):
+        raise SSGPError(f"{path}: {name}_scale: a saved scaler's scales must be finite and > 0, "
+                        f"got {np.ravel(scale)[:4].tolist()}")
+    return Scaler(mean, scale)
+
+
 def load(path: str | Path, make_entry) -> Posterior:
     """A :class:`Posterior` saved by :meth:`Posterior.save` (it predicts as the saved one did);
-    ``make_entry(name, path, config)`` rebuilds its catalog entry (:func:`ssgp_ppl.load`)."""
+    ``make_entry(name, path, config, src)`` rebuilds its catalog entry, validated as a catalog
+    file whose errors name ``src`` (:func:`ssgp_ppl.entry.from_saved`).
+
+    Before any data are read, the file's layout is checked (:func:`check_layout`); the state's
+    sha256 (:func:`state_checksum`) must match the one saved, else the file was modified or
+    corrupted; the entry is validated as a catalog file and the scalers must be finite. A file
+    without a checksum attribute loads after these checks alone. Every problem is one
+    :class:`SSGPError` naming the file."""
     path = Path(path)
     if not path.is_file():
         raise SSGPError(f"{path}: no such file (save a posterior with Posterior.save)")
+    check_layout(path)
     try:
         with xr.open_datatree(os.fspath(path), engine="h5netcdf") as opened:
             dt = opened.load()
-    except (OSError, ValueError) as e:
-        raise SSGPError(f"{path}: not a saved posterior ({type(e).__name__}: {e})") from None
+    except Exception as e:  # a damaged file fails anywhere in HDF5, h5netcdf or xarray
+        raise SSGPError(f"{path}: not a saved posterior ({type(e).__name__}: {one_line(e)})") from None
     if STATE_GROUP not in dt.children:
         raise SSGPError(f"{path}: not a saved posterior (no '{STATE_GROUP}' group; posterior.nc "
                         "files of `ssgp-ppl fit` before save/load hold the DataTree only)")
+    try:
+        return _from_tree(path, dt, make_entry)
+    except SSGPError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError,
+            RecursionError) as e:  # a file edited by hand, without a checksum
+        raise SSGPError(f"{path}: not a valid saved posterior ({type(e).__name__}: "
+                        f"{one_line(e)[:200]})") from None
+
+
+_META_TYPES = {"entry": dict, "method": str, "dataset": str, "rule": dict, "info": dict,
+               "y_centre": (int, float), "feature_names": list, "encoding": (str, type(None)),
+               "sites": list, "sites_in_datatree": bool, "test": (dict, type(None)),
+               "metrics": (dict, type(None))}  # the JSON attribute's keys (format 1)
+
+
+def _from_tree(path: Path, dt: xr.DataTree, make_entry) -> Posterior:
     ds = dt[STATE_GROUP].to_dataset()
-    meta = json.loads(ds.attrs["ssgp_ppl"])
-    if meta.get("format") != SAVE_FORMAT:
-        raise SSGPError(f"{path}: saved posterior format {meta.get('format')} is not {SAVE_FORMAT}")
+    text = ds.attrs.get("ssgp_ppl")
+    if not isinstance(text, str):
+        raise SSGPError(f"{path}: not a saved posterior ({STATE_GROUP} has no 'ssgp_ppl' attribute)")
+    meta = json.loads(text)
+    if not isinstance(meta, dict) or meta.get("format") != SAVE_FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise SSGPError(f"{path}: saved posterior format {found!r} is not {SAVE_FORMAT}")
+    for key, types in _META_TYPES.items():
+        value = meta.get(key)
+        if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
+            raise SSGPError(f"{path}: {STATE_GROUP}'s attribute '{key}' is not that of a saved "
+                            "posterior")
+    if not all(isinstance(k, str) for k in [*meta["sites"], *meta["feature_names"]]):
+        raise SSGPError(f"{path}: {STATE_GROUP}'s attribute 'sites' or 'feature_names' is not "
+                        "that of a saved posterior")
     arrays = {k: np.asarray(v.values) for k, v in ds.data_vars.items()}
-    e = meta["entry"]
-    entry = make_entry(e["name"], Path(e["path"]), e["config"])
     if meta["sites_in_datatree"]:
-        sites = {k: np.asarray(dt["posterior"][k].values) for k in meta["sites"]}
+        draws = dt["posterior"].to_dataset()
+        sites = {k: np.asarray(draws[k].values) for k in meta["sites"]}
     else:
         sites = {k: arrays[f"posterior_{k}"] for k in meta["sites"]}
+    saved = ds.attrs.get(CHECKSUM)
+    if saved is not None and (not isinstance(saved, str) or saved != state_checksum(
+            text, arrays, sites if meta["sites_in_datatree"] else {})):
+        name = meta["entry"].get("name")
+        model = name if isinstance(name, str) and re.fullmatch(r"[\w.-]{1,64}", name) else "MODEL"
+        raise SSGPError(f"{path}: the saved posterior was modified or corrupted after it was saved "
+                        f"(its sha256 checksum does not match); refit it: `ssgp-ppl fit {model} "
+                        "--data DATA --out DIR` writes DIR/posterior.nc (in Python, "
+                        "ssgp_ppl.fit(...).save(path))")
+    e = meta["entry"]
+    if not (isinstance(e["name"], str) and isinstance(e["path"], str) and
+            isinstance(e["config"], dict)):
+        raise SSGPError(f"{path}: entry: expected a name, a path and a configuration table")
+    entry = make_entry(e["name"], Path(e["path"]), e["config"], f"{path} (saved entry)")
+    x_scaler = _check_scaler(path, arrays, "x_scaler", 1)
+    y_scaler = _check_scaler(path, arrays, "y_scaler", 0)
+    if not math.isfinite(meta["y_centre"]):
+        raise SSGPError(f"{path}: y_centre: must be a finite number, got {meta['y_centre']!r}")
     for k in meta["rule"].get("sites_from_posterior", []):
         arrays[f"site_{k}"] = np.reshape(sites[k], (-1,) + sites[k].shape[2:])
-
-    def scaler(name):
-        return Scaler(arrays[f"{name}_mean"], arrays[f"{name}_scale"])
 
     tree = dt.copy()
     del tree[STATE_GROUP]
@@ -322,7 +472,7 @@ def load(path: str | Path, make_entry) -> Posterior:
         test = Prediction(*(arrays[f"test_{k}"] for k in TEST_ARRAYS), meta["test"]["y_scale"],
                           meta["test"]["y_shift"], meta["test"]["gaussian"])
     return Posterior(entry, meta["method"], meta["dataset"], sites, rule_from_state(arrays, meta["rule"]),
-                     scaler("x_scaler"), scaler("y_scaler"), info, arrays.get("log_p"),
+                     x_scaler, y_scaler, info, arrays.get("log_p"),
                      arrays.get("log_q"), arrays.get("losses"), float(meta["y_centre"]),
                      test=test, metrics=meta["metrics"], params=params or None,
                      path_of_draw=arrays.get("path_of_draw"),

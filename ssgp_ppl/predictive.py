@@ -25,6 +25,7 @@ all rows at once.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
@@ -627,6 +628,12 @@ def _prior(arrays: dict, attrs: dict) -> ncvmp.TanPrior:
                           float(attrs["a_signal"]), float(attrs["a_noise"]))
 
 
+# the names of the arrays the rules' state() writes (a stacked rule's path k with "path<k>_")
+STATE_ARRAYS = re.compile(
+    r"(?:path\d+_)?(?:site_\w+|x_train|y_train|points|prior_mu0|prior_sigma0"
+    rf"|partitions_(?:{'|'.join(Partitions._fields)})|ncvmp_(?:{'|'.join(ncvmp.NCVMPState._fields)}))")
+
+
 def rule_from_state(arrays: dict, attrs: dict):
     """The rule object :meth:`SiteRule.state` (or the others') saved."""
     kind = attrs["rule"]
@@ -657,4 +664,4 @@ def rule_from_state(arrays: dict, attrs: dict):
 
 __all__ = ["RULES", "LocalResult", "Moments", "Prediction", "SiteRule", "NCVMPRule", "StackedRule",
            "LocalFitsRule", "y_moments", "predict_draws", "prediction", "predict_sites", "predictive_draws",
-           "check_test_inputs", "loo_predictive", "rule_from_state"]
+           "check_test_inputs", "loo_predictive", "rule_from_state", "STATE_ARRAYS"]

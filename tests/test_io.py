@@ -1,6 +1,7 @@
 """Atomic writes: a new temporary file per write (never through a planted link), the old file kept
 and nothing left behind when the write fails (a full disk, simulated), one error naming the
-path; the DataTree is serialised in memory so HDF5 never meets a full disk."""
+path; the DataTree is serialised in memory so HDF5 never meets a full disk; a target that is not a
+regular file (a device, a FIFO, a directory) is refused and left as it was."""
 
 import errno
 import os
@@ -79,3 +80,40 @@ def test_a_fit_onto_a_full_disk_is_one_error_and_leaves_no_partial_file(tiny_dis
     assert err.count("\n") == 0 and "No space left on device" in err and str(out) in err
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
     assert not (out / "posterior.nc").exists()
+
+
+def _null_device(path):
+    """A character device like /dev/null at ``path`` (skipped where mknod is not allowed)."""
+    import stat
+
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, OSError) as e:
+        pytest.skip(f"cannot create a device node here: {e}")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "link to a fifo", "device"])
+def test_a_target_that_is_not_a_regular_file_is_refused_and_left_as_it_was(tmp_path, kind):
+    import stat
+
+    target = tmp_path / "out.json"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "directory":
+        target.mkdir()
+    elif kind == "device":
+        _null_device(target)
+    else:
+        os.mkfifo(tmp_path / "pipe")
+        target.symlink_to(tmp_path / "pipe")
+    before = os.stat(target).st_mode
+    words = {"fifo": "FIFO", "directory": "directory", "link to a fifo": "FIFO",
+             "device": "character device"}[kind]
+    for write in (lambda: io.write_json(target, {"a": 1}),
+                  lambda: io.write_datatree(target, xr.DataTree())):
+        with pytest.raises(SSGPError) as e:
+            write()
+        msg = str(e.value)
+        assert str(target) in msg and words in msg and "not a regular file" in msg and "\n" not in msg
+    assert os.stat(target).st_mode == before and not stat.S_ISREG(before)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -1,0 +1,288 @@
+"""Saved posteriors: save refuses a target that is not a regular file; load validates the stored
+entry (as a catalog file) and scalers, checks the saved state's sha256 checksum, and refuses a file
+whose metadata declares what no posterior holds before reading any data. Random corruptions of a
+saved file give the saved posterior back or one SSGPError line."""
+
+import json
+import os
+import resource
+import stat
+
+import h5netcdf
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ssgp_ppl
+from ssgp_ppl import posterior
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.posterior import STATE_GROUP
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A small type-II fit with a test split, saved: (posterior, path, raw test inputs)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 2))
+    y = np.sin(2 * x).sum(1) + 0.1 * rng.normal(size=40)
+    post = ssgp_ppl.fit("ssgp", x=x[:30], y=y[:30], x_test=x[30:], y_test=y[30:],
+                        settings={"m": 3, "ml.steps": 20, "ml.min_steps": 0})
+    return post, post.save(tmp_path_factory.mktemp("saved") / "p.nc"), x[30:]
+
+
+def _same(back, post, x):
+    """``back`` is ``post``: the same predictions, test split, entry, metrics and info."""
+    a, b = post.predict(x), back.predict(x)
+    for k in ("mean", "var", "mean_f", "var_f", "draws"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k), err_msg=k)
+    np.testing.assert_array_equal(back.mean, post.mean)
+    assert back.entry.config == post.entry.config and back.method == post.method
+    assert json.dumps(back.metrics) == json.dumps(post.metrics) and back.info == post.info
+
+
+def _rewrite(src, dst, edit=None, checksum=True):
+    """``src`` written again to ``dst`` through xarray, with ``edit(meta, state)`` applied to the
+    state group (its JSON attribute as a dict, its Dataset; returns the Dataset) and, with
+    ``checksum=False``, the checksum attribute removed (as in a file saved without one)."""
+    with xr.open_datatree(src, engine="h5netcdf") as opened:
+        dt = opened.load()
+    state = dt[STATE_GROUP].to_dataset()
+    meta = json.loads(state.attrs["ssgp_ppl"])
+    if edit is not None:
+        state = edit(meta, state)
+    state.attrs["ssgp_ppl"] = json.dumps(meta)
+    if not checksum:
+        del state.attrs[posterior.CHECKSUM]
+    dt[STATE_GROUP] = xr.DataTree(state)
+    dt.to_netcdf(dst, engine="h5netcdf")
+    return dst
+
+
+def _one_line(e: SSGPError) -> str:
+    msg = str(e)
+    assert msg and "\n" not in msg
+    return msg
+
+
+# --------------------------------------------------------------------------- save's target
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_save_refuses_a_target_that_is_not_a_regular_file(saved, tmp_path, kind):
+    post, _, _ = saved
+    target = tmp_path / "p.nc"
+    os.mkfifo(target) if kind == "fifo" else target.mkdir()
+    with pytest.raises(SSGPError) as e:
+        post.save(target)
+    assert str(target) in _one_line(e.value) and "not a regular file" in str(e.value)
+    mode = os.stat(target).st_mode
+    assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISDIR(mode)
+
+
+# --------------------------------------------------------------------------- the stored state
+def _set_m(meta, state):
+    meta["entry"]["config"]["model"]["m"] = -7
+    return state
+
+
+def _set_density(meta, state):
+    meta["entry"]["config"]["model"]["spectral_density"] = "__import__('os').system('true')"
+    return state
+
+
+def _set_poisson(meta, state):
+    meta["entry"]["config"]["model"]["likelihood"] = "poisson"
+    return state
+
+
+def _nan_y_scale(meta, state):
+    return state.assign(y_scaler_scale=state["y_scaler_scale"] * np.nan)
+
+
+def _shift_x(meta, state):
+    return state.assign(x_scaler_mean=state["x_scaler_mean"] + 0.5)
+
+
+EDITS = {"m": (_set_m, "model.m"), "density": (_set_density, "model.spectral_density"),
+         "poisson": (_set_poisson, "poisson"), "nan_y_scale": (_nan_y_scale, "y_scaler_scale"),
+         "shifted_x_scaler": (_shift_x, None)}
+
+
+def test_a_saved_posterior_carries_a_checksum_and_loads_as_saved(saved, tmp_path):
+    post, path, x = saved
+    with xr.open_datatree(path, engine="h5netcdf") as dt:
+        assert len(dt[STATE_GROUP].attrs[posterior.CHECKSUM]) == 64  # sha256, hex
+    _same(ssgp_ppl.load(path), post, x)
+    _same(ssgp_ppl.load(_rewrite(path, tmp_path / "again.nc")), post, x)  # rewritten, unchanged
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_an_edited_saved_posterior_is_refused_as_modified(saved, tmp_path, edit):
+    _, path, _ = saved
+    bad = _rewrite(path, tmp_path / "edited.nc", EDITS[edit][0])
+    with pytest.raises(SSGPError) as e:
+        ssgp_ppl.load(bad)
+    msg = _one_line(e.value)
+    assert str(bad) in msg and "modified or corrupted" in msg and "ssgp-ppl fit" in msg
+
+
+def test_a_posterior_saved_without_a_checksum_loads_as_saved(saved, tmp_path):
+    post, path, x = saved
+    _same(ssgp_ppl.load(_rewrite(path, tmp_path / "unchecked.nc", checksum=False)), post, x)
+
+
+@pytest.mark.parametrize("edit", [k for k, (_, key) in EDITS.items() if key])
+def test_an_edited_posterior_without_a_checksum_is_validated_as_a_catalog_file(saved, tmp_path,
+                                                                               edit):
+    _, path, _ = saved
+    fn, key = EDITS[edit]
+    bad = _rewrite(path, tmp_path / "edited.nc", fn, checksum=False)
+    with pytest.raises(SSGPError) as e:
+        ssgp_ppl.load(bad)
+    msg = _one_line(e.value)
+    assert str(bad) in msg and key in msg
+
+
+# --------------------------------------------------------------------------- the file's layout
+@pytest.fixture
+def address_space_limited():
+    """Address space capped at 1 GiB above the current use for the test (a load that tried to
+    allocate a declared 16 GB gets a MemoryError instead of the machine's memory)."""
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (vm + 2**30, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)
+
+
+def test_a_huge_declared_but_unwritten_array_is_refused_before_reading(saved, tmp_path,
+                                                                       address_space_limited):
+    _, path, _ = saved
+    crafted = _rewrite(path, tmp_path / "crafted.nc", lambda meta, s: s.drop_vars("losses"))
+    with h5netcdf.File(crafted, "a") as f:
+        group = f.groups[STATE_GROUP]
+        group.dimensions["losses_dim0"] = 2_000_000_000
+        group.create_variable("losses", ("losses_dim0",), "f8")  # 16 GB declared, none written
+    assert crafted.stat().st_size < 100_000
+    with pytest.raises(SSGPError) as e:
+        ssgp_ppl.load(crafted)
+    msg = _one_line(e.value)
+    assert str(crafted) in msg and "losses" in msg and "16 GB" in msg
+
+
+STATE_LAYOUTS = {
+    "unknown_name": lambda s: s.assign(evil=("evil_dim0", np.ones(3))),
+    "other_dimensions": lambda s: s.assign(log_p=(("a", "b"), np.zeros((1, 1)))),
+    "text": lambda s: s.assign(losses=("losses_dim0", np.array(["a", "b"]))),
+}
+
+
+@pytest.mark.parametrize("layout", list(STATE_LAYOUTS))
+def test_a_state_variable_posterior_save_never_writes_is_refused(saved, tmp_path, layout):
+    _, path, _ = saved
+    name = {"unknown_name": "evil", "other_dimensions": "log_p", "text": "losses"}[layout]
+    bad = _rewrite(path, tmp_path / "odd.nc",
+                   lambda meta, s: STATE_LAYOUTS[layout](s.drop_vars(name, errors="ignore")))
+    with pytest.raises(SSGPError) as e:
+        ssgp_ppl.load(bad)
+    msg = _one_line(e.value)
+    assert str(bad) in msg and f"{STATE_GROUP}/{name}" in msg
+
+
+# --------------------------------------------------------------------------- random corruptions
+_CHARS = st.characters(exclude_characters="\x00")  # netCDF text attributes hold no NUL
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+                    st.lists(st.integers(-3, 3), max_size=3),
+                    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+
+
+def _leaves(obj, prefix=()):
+    """Paths to every value of a JSON document (dict keys, list indices), containers included."""
+    yield prefix
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        yield from _leaves(v, (*prefix, k))
+
+
+def _set(obj, where, value):
+    if not where:
+        return value
+    node = obj
+    for k in where[:-1]:
+        node = node[k]
+    node[where[-1]] = value
+    return obj
+
+
+def _corrupt(data, path, dst, checksum=True):
+    """``path`` written to ``dst`` with one random corruption: bytes flipped, an attribute changed
+    or removed, or a variable of any group dropped."""
+    kind = data.draw(st.sampled_from(["flip", "attribute", "drop"] if checksum else ["attribute"]))
+    if kind == "flip":
+        raw = bytearray(path.read_bytes())
+        for _ in range(data.draw(st.integers(1, 4))):
+            raw[data.draw(st.integers(0, len(raw) - 1))] ^= data.draw(st.integers(1, 255))
+        dst.write_bytes(bytes(raw))
+        return dst
+    with xr.open_datatree(path, engine="h5netcdf") as opened:
+        dt = opened.load()
+    if kind == "drop":
+        groups = sorted(g.path for g in dt.subtree if g.ds.variables)
+        group = data.draw(st.sampled_from(groups))
+        name = data.draw(st.sampled_from(sorted(dt[group].ds.variables)))
+        dt[group] = xr.DataTree(dt[group].to_dataset().drop_vars(name))
+    else:
+        state = dt[STATE_GROUP].to_dataset()
+        if not checksum:
+            del state.attrs[posterior.CHECKSUM]
+        where = data.draw(st.sampled_from(["meta", "meta_text", "checksum", "root", "posterior"]
+                                          if checksum else ["meta"]))
+        if where == "meta":
+            meta = json.loads(state.attrs["ssgp_ppl"])
+            leaf = data.draw(st.sampled_from(list(_leaves(meta))))
+            state.attrs["ssgp_ppl"] = json.dumps(_set(meta, leaf, data.draw(_VALUES)))
+        elif where == "meta_text":
+            state.attrs["ssgp_ppl"] = data.draw(st.text(_CHARS, max_size=40))
+        elif where == "checksum":
+            value = data.draw(st.one_of(st.none(), st.text("0123456789abcdef", min_size=64,
+                                                           max_size=64)))
+            state.attrs.pop(posterior.CHECKSUM) if value is None else \
+                state.attrs.update({posterior.CHECKSUM: value})
+        else:
+            node = dt if where == "root" else dt["posterior"]
+            key = data.draw(st.sampled_from(sorted(node.attrs)))
+            node.attrs[key] = data.draw(st.one_of(st.integers(-5, 5), st.text(_CHARS, max_size=8)))
+        dt[STATE_GROUP] = xr.DataTree(state)
+    dt.to_netcdf(dst, engine="h5netcdf")
+    return dst
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_corrupted_file_loads_as_saved_or_is_refused_in_one_line(saved, tmp_path_factory, data):
+    post, path, x = saved
+    bad = _corrupt(data, path, tmp_path_factory.mktemp("bad") / "p.nc")
+    try:
+        back = ssgp_ppl.load(bad)
+    except SSGPError as e:
+        _one_line(e)
+        return
+    _same(back, post, x)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_an_edited_file_without_a_checksum_loads_or_is_refused_in_one_line(saved, tmp_path_factory,
+                                                                           data):
+    _, path, _ = saved
+    bad = _corrupt(data, path, tmp_path_factory.mktemp("bad") / "p.nc", checksum=False)
+    try:
+        ssgp_ppl.load(bad)
+    except SSGPError as e:
+        _one_line(e)
