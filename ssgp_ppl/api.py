@@ -11,8 +11,6 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 from ssgp_ppl import datasets, methods, pipeline
 from ssgp_ppl import posterior as _posterior
 from ssgp_ppl.entry import CatalogEntry, add_catalog, catalog_files, load_entry
@@ -23,25 +21,14 @@ from ssgp_ppl.tables import TableOptions
 
 def _entry(model, settings) -> CatalogEntry:
     entry = model if isinstance(model, CatalogEntry) else load_entry(model)
-    if settings:
-        items = settings.items() if isinstance(settings, dict) else None
-        assignments = [f"{k}={_toml(v)}" for k, v in items] if items is not None else list(settings)
-        entry = entry.with_overrides(assignments)
-    return entry
-
-
-def _toml(v) -> str:
-    if isinstance(v, np.generic):  # numpy scalars as the Python values they hold
-        v = v.item()
-    if v is None:
-        raise SSGPError("settings: a catalog value cannot be None")
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return '"' + v.replace('"', '\\"') + '"'
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml(i) for i in v) + "]"
-    return repr(v)
+    if settings is None:
+        return entry
+    if isinstance(settings, dict):
+        return entry.with_settings(settings.items()) if settings else entry
+    if isinstance(settings, list | tuple):
+        return entry.with_overrides(list(settings)) if settings else entry
+    raise SSGPError(f'settings must be a dict ({{"m": 20}}) or a list of "key=value" texts, got '
+                    f"{type(settings).__name__}")
 
 
 def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: str | None = None,

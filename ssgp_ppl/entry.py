@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from ssgp_ppl import likelihoods, spectral
 from ssgp_ppl import methods as _methods
@@ -146,10 +148,12 @@ def catalog_files() -> tuple[dict[str, Path], dict[Path, str]]:
 
 
 def _parse_value(text: str):
+    """A ``--set`` value: a TOML number, boolean, string or list, else the text as it is."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    return value if isinstance(value, bool | int | float | str | list) else text
 
 
 @dataclass(frozen=True)
@@ -226,14 +230,27 @@ class CatalogEntry:
                 or self.config["partitions"]["per_step"] > 0)
 
     def with_overrides(self, assignments: list[str]) -> CatalogEntry:
-        """Apply ``key=value`` overrides (dotted path, or a leaf name unique in the schema; an
-        ambiguous leaf such as ``steps`` resolves to the entry's own method) and re-validate."""
-        raw = copy.deepcopy(self.config)
-        paths = leaf_paths(schema())
+        """Apply ``key=value`` texts (``--set``; the value read as a TOML value, else as text):
+        see :meth:`with_settings`."""
+        pairs = []
         for item in assignments:
-            if "=" not in item:
+            if not isinstance(item, str) or "=" not in item:
                 raise SSGPError(f"--set {item!r}: expected key=value")
             key, text = (s.strip() for s in item.split("=", 1))
+            pairs.append((key, _parse_value(text)))
+        return self.with_settings(pairs, what="--set")
+
+    def with_settings(self, items, *, what: str = "settings") -> CatalogEntry:
+        """Apply ``(key, value)`` pairs (dotted path, or a leaf name unique in the schema; an
+        ambiguous leaf such as ``steps`` resolves to the entry's own method) and re-validate.
+        Values are data (numbers, text, booleans, lists), never parsed; ``what`` names the
+        source in errors."""
+        raw = copy.deepcopy(self.config)
+        paths = leaf_paths(schema())
+        for key, value in items:
+            if not isinstance(key, str) or not _KEY.fullmatch(key):
+                raise SSGPError(f"{what}: {key!r} is not a catalog key (a dotted name such as "
+                                "svi.lr or m)")
             parts = tuple(key.split("."))
             matches = [p for p in paths if p[-len(parts):] == parts]
             for prefer in (("inference", self.methods[0]), ("predictive",)):
@@ -241,18 +258,34 @@ class CatalogEntry:
                     own = [p for p in matches if p[:len(prefer)] == prefer]
                     matches = own if len(own) == 1 else matches
             if not matches:
-                raise SSGPError(f"--set: unknown key {key!r} (see the README's catalog format)")
+                raise SSGPError(f"{what}: unknown key {key!r} (see the README's catalog format)")
             if len(matches) > 1:
                 opts = ", ".join(".".join(p) for p in matches)
-                raise SSGPError(f"--set: key {key!r} is ambiguous; use one of {opts}")
+                raise SSGPError(f"{what}: key {key!r} is ambiguous; use one of {opts}")
+            value = _setting_value(value, key, what)
+            if matches[0] == ("inference", "methods") and isinstance(value, str):
+                value = [v.strip() for v in value.split(",")]
             node = raw
             for p in matches[0][:-1]:
                 node = node[p]
-            value = _parse_value(text)
-            if matches[0] == ("inference", "methods") and isinstance(value, str):
-                value = [v.strip() for v in value.split(",")]
             node[matches[0][-1]] = value
-        return _build(self.name, self.path, raw, src=f"{self.path.name} with --set")
+        return _build(self.name, self.path, raw, src=f"{self.path.name} with {what}")
+
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _setting_value(v, key: str, what: str):
+    """A setting's value as the plain data TOML gives (numpy scalars as Python values, tuples as
+    lists); anything else one SSGPError naming the key."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, list | tuple):
+        return [_setting_value(i, key, what) for i in v]
+    if not isinstance(v, bool | int | float | str):
+        raise SSGPError(f"{what}: {key}: expected a number, text, true/false or a list, got "
+                        f"{type(v).__name__} {v!r}"[:300])
+    return v
 
 
 def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:

@@ -166,3 +166,25 @@ def test_checkpoint_fingerprint_ignores_the_description_texts(pendulum):
     fp = run_fingerprint(entry, pendulum, "ml", 0, None)
     assert run_fingerprint(reworded, pendulum, "ml", 0, None) == fp
     assert run_fingerprint(changed, pendulum, "ml", 0, None)["config"] != fp["config"]
+
+
+# ------------------------------------------------------------------------ bad inputs, one error
+TINY = {"m": 2, "ml.steps": 3}
+
+
+def _small(n=12, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    return x, np.sin(x).sum(1) + 0.1 * rng.normal(size=n)
+
+
+def test_settings_are_data_never_toml_text():
+    """A text value keeps its backslashes; a key is a dotted name, never read as TOML."""
+    x, y = _small()
+    with pytest.raises(SSGPError, match=r"'m=5 #' is not a catalog key"):
+        ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "m=5 #": 1})
+    with pytest.raises(SSGPError, match=r"model.m: expected int, got str '3'"):
+        ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "m": "3"})
+    post = ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "description": "C:\\temp\\new",
+                                                   "methods": ("ml",)})
+    assert post.entry.description == "C:\\temp\\new" and post.entry.config["model"]["m"] == 2
