@@ -30,13 +30,17 @@ from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
 from ssgp_ppl.predictive import RULES
 from ssgp_ppl.settings import Field, leaf_paths, validate
 
+HYPER_RANGE = (1e-6, 1e6)  # starting and fixed values (standardised units): far beyond, float32
+# under- or overflows (noise² = 0 is an invalid noise; 1e300 a NaN loss)
+
 
 def _hyper_schema(init: float, dist: str = "half_cauchy", scale: float = 1.0) -> dict:
+    lo, hi = HYPER_RANGE
     return {
         "role": Field(str, "learned", "learned (type-II) | fixed | prior", choices=ROLES),
-        "init": Field((int, float), init, "initial value (learned, and start of VI/MAP)", low=0,
-                      open_low=True),
-        "value": Field((int, float), init, "value when role = fixed", low=0, open_low=True),
+        "init": Field((int, float), init, "initial value (learned, and start of VI/MAP)", low=lo,
+                      high=hi),
+        "value": Field((int, float), init, "value when role = fixed", low=lo, high=hi),
         "dist": Field(str, dist, "prior family when role = prior", choices=PRIORS),
         "loc": Field((int, float), 0.0, "prior location (lognormal, normal)"),
         "scale": Field((int, float), scale, "prior scale", low=0, open_low=True),
@@ -114,6 +118,9 @@ _user_catalogs: list[Path] = []
 def add_catalog(directory: str | Path) -> None:
     """Add a user catalog directory: its ``*.toml`` entries join the built-in ones (as
     ``ssgp-ppl --catalog DIR`` and the ``SSGP_PPL_MODELS`` environment variable do)."""
+    if not isinstance(directory, str | os.PathLike) or not str(directory).strip():
+        raise SSGPError(f"add_catalog takes a directory path, got {type(directory).__name__} "
+                        f"{directory!r}"[:200])
     d = Path(directory).expanduser().resolve()
     if not d.is_dir():
         raise SSGPError(f"catalog directory not found: {directory}")
@@ -327,6 +334,9 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
 
 def load_entry(name_or_path: str | Path) -> CatalogEntry:
     """Load a catalog entry by name (see :func:`list_entries`) or by path to a TOML file."""
+    if not isinstance(name_or_path, str | os.PathLike):
+        raise SSGPError("a catalog model is a name, a .toml path or a CatalogEntry, got "
+                        f"{type(name_or_path).__name__}")
     p = Path(name_or_path)
     if p.suffix != ".toml":
         files, clashes = catalog_files()

@@ -235,6 +235,8 @@ class Posterior:
         the scalers and, as JSON attributes, the catalog configuration, method and info."""
         from ssgp_ppl.io import write_datatree
 
+        if not isinstance(path, str | os.PathLike):
+            raise SSGPError(f"save takes a file path, got {type(path).__name__}")
         path = Path(path)
         arrays, rule_attrs = self.rule.state()
         arrays, rule_attrs = dict(arrays), dict(rule_attrs)

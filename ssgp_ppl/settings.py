@@ -51,9 +51,9 @@ def check_value(f: Field, value, where: str) -> None:
             raise SSGPError(f"{where}: {v!r} is not one of {', '.join(map(str, f.choices))}")
         if f.low is not None and (v < f.low or (f.open_low and v == f.low)):
             op = ">" if f.open_low else ">="
-            raise SSGPError(f"{where}: must be {op} {f.low}, got {v!r}")
+            raise SSGPError(f"{where}: must be {op} {f.low:g}, got {v!r}")
         if f.high is not None and v > f.high:
-            raise SSGPError(f"{where}: must be <= {f.high}, got {v!r}")
+            raise SSGPError(f"{where}: must be <= {f.high:g}, got {v!r}")
 
 
 def validate(raw: dict, schema: dict, prefix: str, src: str) -> dict:

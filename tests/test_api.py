@@ -178,6 +178,29 @@ def _small(n=12, d=2, seed=0):
     return x, np.sin(x).sum(1) + 0.1 * rng.normal(size=n)
 
 
+@pytest.fixture(scope="module")
+def tiny_post():
+    x, y = _small()
+    import pandas as pd
+
+    return ssgp_ppl.fit("ssgp", x=pd.DataFrame(x, columns=["a", "b"]), y=y, settings=TINY)
+
+
+def test_settings_init_values_and_argument_types_are_checked(tiny_post, tmp_path):
+    x, y = _small()
+    for value, words in ((1e-300, ">= 1e-06"), (1e300, "<= 1e[+]06"), (0.0, ">= 1e-06")):
+        with pytest.raises(SSGPError, match=f"model.noise.init: must be {words}"):
+            ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "noise.init": value})
+    with pytest.raises(SSGPError, match="a catalog model is a name"):
+        ssgp_ppl.fit(5, x=x, y=y)
+    with pytest.raises(SSGPError, match="add_catalog takes a directory path"):
+        ssgp_ppl.add_catalog(5)
+    with pytest.raises(SSGPError, match="save takes a file path"):
+        tiny_post.save(5)
+    with pytest.raises(SSGPError, match="settings must be a dict"):
+        ssgp_ppl.fit("ssgp", x=x, y=y, settings="m=3")
+
+
 def test_settings_are_data_never_toml_text():
     """A text value keeps its backslashes; a key is a dotted name, never read as TOML."""
     x, y = _small()

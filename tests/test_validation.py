@@ -144,6 +144,8 @@ CASES = {
                                     "pendulum"], ["latin.toml: not UTF-8 text"]),
     "catalog-impossible-value": (lambda t: [_toml(t, BASE.replace("m = 5", "m = -2")),
                                             "--data", "pendulum"], ["entry.toml", "model.m", ">= 1"]),
+    "noise-init-underflows": (lambda t: ["ssgp", "--data", "pendulum", "--set", "noise.init=1e-300"],
+                              ["model.noise.init: must be >= 1e-06, got 1e-300"]),
 }
 
 
