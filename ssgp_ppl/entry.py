@@ -340,10 +340,10 @@ def load_entry(name_or_path: str | Path) -> CatalogEntry:
     p = Path(name_or_path)
     if p.suffix != ".toml":
         files, clashes = catalog_files()
+        clash = [q for f, q in clashes.items() if f.stem == str(name_or_path)]
+        if clash:  # a user file of this name: which one is meant is not clear
+            raise SSGPError(clash[0])
         if str(name_or_path) not in files:
-            clash = [q for f, q in clashes.items() if f.stem == str(name_or_path)]
-            if clash:
-                raise SSGPError(clash[0])
             known = ", ".join(files) or "none"
             raise SSGPError(f"unknown catalog model {str(name_or_path)!r}; known: {known}")
         p = files[str(name_or_path)]

@@ -187,3 +187,25 @@ def test_x64_flag_computes_in_float64(tmp_path):
         dt = xr.open_datatree(out / "posterior.nc", engine="h5netcdf")
         assert dt["posterior"]["frequencies"].dtype == dtype
         assert dt["predictions"]["f_mean"].dtype == dtype
+
+
+@pytest.fixture
+def own_catalog(tmp_path, monkeypatch):
+    """An empty user catalog directory; the catalogs that main adds are dropped after the test."""
+    import ssgp_ppl.entry as entry_mod
+
+    monkeypatch.setattr(entry_mod, "_user_catalogs", [])
+    d = tmp_path / "mine"
+    d.mkdir()
+    return d
+
+
+def test_a_user_entry_named_like_a_built_in_one_is_an_error_when_used(own_catalog, tmp_path, capsys):
+    from ssgp_ppl.entry import BUILTIN_CATALOG
+
+    (own_catalog / "ssgp.toml").write_text((BUILTIN_CATALOG / "ssgp.toml").read_text())
+    assert main(["fit", "ssgp", "--catalog", str(own_catalog), "--data", "pendulum", "--steps", "3",
+                 "--no-progress", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{own_catalog / 'ssgp.toml'}: entry 'ssgp' is already " \
+        f"defined by {BUILTIN_CATALOG / 'ssgp.toml'}; rename the file" in err
