@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass
 from functools import cached_property, partial
@@ -348,10 +349,12 @@ def load_entry(name_or_path: str | Path) -> CatalogEntry:
             raise SSGPError(f"unknown catalog model {str(name_or_path)!r}; known: {known}")
         p = files[str(name_or_path)]
     if not p.is_file():
-        raise SSGPError(f"catalog file not found: {p}")
+        raise SSGPError(_not_a_file(p))
     src = p.name if p.parent == BUILTIN_CATALOG else str(p)  # every message names the file so
-    try:
-        raw = tomllib.loads(p.read_bytes().decode("utf-8"))
+    try:  # a byte order mark (editors on Windows write one) is not part of the TOML
+        raw = tomllib.loads(p.read_bytes().decode("utf-8-sig"))
+    except OSError as e:
+        raise SSGPError(f"{src}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise SSGPError(f"{src}: not UTF-8 text (byte {e.start}); a catalog file is UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as e:
@@ -359,6 +362,19 @@ def load_entry(name_or_path: str | Path) -> CatalogEntry:
     except RecursionError:
         raise SSGPError(f"{src}: not valid TOML: nested too deeply") from None
     return _build(p.stem, p, raw, src=src)
+
+
+def _not_a_file(p: Path) -> str:
+    """Why ``p``, which is not a regular file, is no catalog file."""
+    if p.is_symlink() and not p.exists():
+        return f"catalog file {p} is a symbolic link to nothing (broken, or a loop)"
+    if not p.exists():
+        return f"catalog file not found: {p}"
+    mode = p.stat().st_mode
+    what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or
+            stat.S_ISBLK(mode) else "not a regular file")
+    return f"catalog file {p} is {what}, not a TOML file"
 
 
 def list_entries() -> list[str]:

@@ -44,6 +44,13 @@ def check_value(f: Field, value, where: str) -> None:
     items = value if isinstance(value, list) else [value]
     if isinstance(value, list) and not value:
         raise SSGPError(f"{where}: must not be empty")
+    if isinstance(value, list) and f.choices is not None and len(value) > len(f.choices):
+        raise SSGPError(f"{where}: {len(value)} values, but there are only {len(f.choices)} to "
+                        f"choose from ({', '.join(map(str, f.choices))})")
+    if isinstance(value, list):
+        seen = [v for i, v in enumerate(value) if v in value[:i]]
+        if seen:
+            raise SSGPError(f"{where}: {seen[0]!r} is listed twice")
     for v in items:
         if isinstance(v, float) and not math.isfinite(v):  # TOML and --set accept nan and inf
             raise SSGPError(f"{where}: must be a finite number, got {v!r}")

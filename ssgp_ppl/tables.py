@@ -45,6 +45,10 @@ class TableOptions:
             raise SSGPError(f"dates must be one of {', '.join(DATES)}, got {self.dates!r}")
         if self.inputs is not None and self.drop:
             raise SSGPError("give the input columns (inputs) or the columns to drop, not both")
+        for flag, cols in (("inputs", self.inputs or ()), ("drop", self.drop)):
+            dup = list(dict.fromkeys(c for i, c in enumerate(cols) if c in cols[:i]))
+            if dup:
+                raise SSGPError(f"--{flag}: column {', '.join(map(repr, dup))} is listed twice")
 
     @property
     def is_default(self) -> bool:
