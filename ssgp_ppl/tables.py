@@ -209,6 +209,8 @@ def _missing(df: pd.DataFrame, cols: list[str], where: str, dropna: bool):
 def _numeric(col: pd.Series, name: str, where: str, what: str = "input column") -> np.ndarray:
     if not (pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)):
         raise SSGPError(f"{what} '{name}' in {where} is not numeric")
+    if pd.api.types.is_complex_dtype(col):
+        raise SSGPError(f"{what} '{name}' in {where} holds complex numbers; give real numbers")
     return col.to_numpy(dtype=np.float64)
 
 

@@ -186,6 +186,50 @@ def tiny_post():
     return ssgp_ppl.fit("ssgp", x=pd.DataFrame(x, columns=["a", "b"]), y=y, settings=TINY)
 
 
+def test_complex_values_a_target_with_arrays_and_non_integer_steps_are_refused():
+    x, y = _small()
+    for bad in (dict(x=x + 1j), dict(y=y + 0j), dict(x=x.astype(object) + 1j)):
+        with pytest.raises(SSGPError, match="complex"):
+            ssgp_ppl.fit("ssgp", **{"x": x, "y": y, **bad}, settings=TINY)
+    with pytest.raises(SSGPError, match="target= applies to data="):
+        ssgp_ppl.fit("ssgp", x=x, y=y, target="y", settings=TINY)
+    for steps in (1.5, True, 0, "3"):
+        with pytest.raises(SSGPError, match="steps must be a positive integer"):
+            ssgp_ppl.fit("ssgp", x=x, y=y, steps=steps, settings=TINY)
+
+
+def test_a_dataframe_x_gets_the_table_checks_and_options():
+    """Text, date, missing and categorical columns of x=DataFrame: the messages of data=; and
+    its options (encode=, dates=, dropna=) apply."""
+    import pandas as pd
+
+    x, y = _small(n=20)
+    frame = pd.DataFrame(x, columns=["a", "b"])
+    cases = {"u": (["u", "v"] * 10, r"input column 'u' is not numeric \(categorical, 2 values\); "
+                   r"use --encode onehot \(encode='onehot'\)"),
+             "cat": (pd.Categorical(["p", "q"] * 10), "input column 'cat' is not numeric"),
+             "day": (pd.date_range("2020-01-01", periods=20).astype(str), "'day' holds dates"),
+             "na": ([1.0, None] * 10, r"missing values \(column and count: 'na' 10\)")}
+    for col, (values, words) in cases.items():
+        with pytest.raises(SSGPError, match=words):
+            ssgp_ppl.fit("ssgp", x=frame.assign(**{col: values}), y=y, settings=TINY)
+    post = ssgp_ppl.fit("ssgp", x=frame.assign(u=["u", "v"] * 10), y=y, encode="onehot",
+                        settings=TINY)
+    assert post.feature_names == ("a", "b", "u=u", "u=v")
+    assert np.isfinite(post.predict(frame.assign(u=["v"] * 20)).mean).all()
+    with pytest.raises(SSGPError, match="categories the model never saw: w"):
+        post.predict(frame.assign(u=["w"] * 20))
+
+
+def test_targets_given_as_arrays_get_the_range_and_constant_checks():
+    x, y = _small()
+    for k in (1e200, 1e-200):
+        with pytest.raises(SSGPError, match="standard deviation .* divide the target"):
+            ssgp_ppl.fit("ssgp", x=x, y=y * k, x_test=x, y_test=y * k, settings=TINY)
+    with pytest.raises(SSGPError, match="target 'y' is constant .* nothing to learn"):
+        ssgp_ppl.fit("ssgp", x=x, y=np.full(len(y), 2.0), x_test=x, y_test=y, settings=TINY)
+
+
 def test_settings_init_values_and_argument_types_are_checked(tiny_post, tmp_path):
     x, y = _small()
     for value, words in ((1e-300, ">= 1e-06"), (1e300, "<= 1e[+]06"), (0.0, ">= 1e-06")):
