@@ -230,6 +230,29 @@ def test_targets_given_as_arrays_get_the_range_and_constant_checks():
         ssgp_ppl.fit("ssgp", x=x, y=np.full(len(y), 2.0), x_test=x, y_test=y, settings=TINY)
 
 
+def test_predict_refuses_bad_inputs_naming_row_and_column(tiny_post):
+    import pandas as pd
+
+    x, _ = _small()
+    for bad in (None, "hello", 3.0, {"a": 1}):
+        with pytest.raises(SSGPError, match="predict"):
+            tiny_post.predict(bad)
+    with pytest.raises(SSGPError, match=r"row 0, column 'b' holds str 'u'"):
+        tiny_post.predict(pd.DataFrame({"a": [1.0, 2.0], "b": ["u", "v"]}))
+    for seed in (1.5, "a", -1):
+        with pytest.raises(SSGPError, match="seed must be an integer"):
+            tiny_post.predict(x[:2], seed=seed)
+    for value, shown in ((np.nan, "nan"), (np.inf, "inf")):
+        bad = x[:4].copy()
+        bad[2, 1] = value
+        with pytest.raises(SSGPError, match=f"row 2, column 'b' is {shown}"):
+            tiny_post.predict(bad)
+    with pytest.raises(SSGPError, match=r"row 1, column 'a' is missing"):
+        tiny_post.predict(pd.DataFrame({"a": [1.0, None], "b": [0.0, 1.0]}))
+    with pytest.raises(SSGPError, match=r"row 0, column 'a' lies .* the model computes up to"):
+        tiny_post.predict(np.array([[1e300, 0.0]]))
+
+
 def test_settings_init_values_and_argument_types_are_checked(tiny_post, tmp_path):
     x, y = _small()
     for value, words in ((1e-300, ">= 1e-06"), (1e300, "<= 1e[+]06"), (0.0, ">= 1e-06")):
