@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.errors import SSGPError, one_line
 
 ENCODINGS = ("none", "onehot")
 DATES = ("none", "numeric")
@@ -119,8 +119,22 @@ class TableEncoding:
 
     @classmethod
     def from_json(cls, text: str) -> TableEncoding:
-        d = json.loads(text)
-        return cls(tuple((c[0], c[1], tuple(c[2])) for c in d["columns"]), d["target"])
+        """The encoding :meth:`to_json` wrote; anything else one SSGPError."""
+        try:
+            d = json.loads(text)
+            columns = tuple((c[0], c[1], tuple(c[2])) for c in d["columns"])
+            target = d["target"]
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise SSGPError(f"a saved table encoding is corrupt ({type(e).__name__}: "
+                            f"{one_line(e)[:120]})") from None
+        for name, kind, cats in columns:
+            if not (isinstance(name, str) and kind in ("numeric", "date", "onehot")
+                    and all(isinstance(c, str) for c in cats)):
+                raise SSGPError(f"a saved table encoding is corrupt (column {name!r} of kind "
+                                f"{kind!r})"[:200])
+        if not isinstance(target, str):
+            raise SSGPError(f"a saved table encoding is corrupt (target {target!r})"[:200])
+        return cls(columns, target)
 
 
 def prepare(df: pd.DataFrame, target: str | None, options: TableOptions, where: str):

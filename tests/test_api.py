@@ -278,3 +278,19 @@ def test_settings_are_data_never_toml_text():
     post = ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "description": "C:\\temp\\new",
                                                    "methods": ("ml",)})
     assert post.entry.description == "C:\\temp\\new" and post.entry.config["model"]["m"] == 2
+
+
+def test_crafted_encoding_and_rule_states_are_one_error():
+    """The pieces of a saved posterior that are read outside ``load`` itself: a hand-made table
+    encoding or predictive rule state is one SSGPError, never KeyError or JSONDecodeError."""
+    from ssgp_ppl.predictive import rule_from_state
+    from ssgp_ppl.tables import TableEncoding
+
+    for text in ("{", "{}", "[1]", '{"columns": [["a", "weird", []]], "target": "y"}',
+                 '{"columns": [["a"]], "target": "y"}', '{"columns": [], "target": 5}'):
+        with pytest.raises(SSGPError, match="saved table encoding is corrupt"):
+            TableEncoding.from_json(text)
+    for arrays, attrs in (({}, {}), ({}, {"rule": "sites"}), ({}, {"rule": "ncvmp"}),
+                          ({}, {"rule": "stacked", "paths": 3}), ({}, []), ({}, {"rule": []})):
+        with pytest.raises(SSGPError, match="saved predictive rule"):
+            rule_from_state(arrays, attrs)
