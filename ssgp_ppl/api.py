@@ -8,40 +8,28 @@
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from pathlib import Path
-
-import numpy as np
 
 from ssgp_ppl import datasets, methods, pipeline
 from ssgp_ppl import posterior as _posterior
 from ssgp_ppl.entry import CatalogEntry, add_catalog, catalog_files, from_saved, load_entry
-from ssgp_ppl.errors import CatalogWarning, SSGPError
+from ssgp_ppl.errors import CatalogWarning, SSGPError, check_seed
 from ssgp_ppl.posterior import Posterior
 from ssgp_ppl.tables import TableOptions
 
 
 def _entry(model, settings) -> CatalogEntry:
     entry = model if isinstance(model, CatalogEntry) else load_entry(model)
-    if settings:
-        items = settings.items() if isinstance(settings, dict) else None
-        assignments = [f"{k}={_toml(v)}" for k, v in items] if items is not None else list(settings)
-        entry = entry.with_overrides(assignments)
-    return entry
-
-
-def _toml(v) -> str:
-    if isinstance(v, np.generic):  # numpy scalars as the Python values they hold
-        v = v.item()
-    if v is None:
-        raise SSGPError("settings: a catalog value cannot be None")
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return '"' + v.replace('"', '\\"') + '"'
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml(i) for i in v) + "]"
-    return repr(v)
+    if settings is None:
+        return entry
+    if isinstance(settings, dict):
+        return entry.with_settings(settings.items()) if settings else entry
+    if isinstance(settings, list | tuple):
+        return entry.with_overrides(list(settings)) if settings else entry
+    raise SSGPError(f'settings must be a dict ({{"m": 20}}) or a list of "key=value" texts, got '
+                    f"{type(settings).__name__}")
 
 
 def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: str | None = None,
@@ -58,7 +46,8 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     ``split`` says (the posterior then carries the test scores in ``metrics``); or ``x`` (n, d),
     ``y`` (n,) arrays, all of them training rows, scored on ``x_test``, ``y_test`` if given.
     ``method``: one of ``ssgp_ppl.methods.REGISTRY`` (default: the entry's own).
-    A file or DataFrame ``data`` (:class:`~ssgp_ppl.tables.TableOptions`): ``inputs`` / ``drop``
+    A file or DataFrame ``data``, or a DataFrame ``x`` (:class:`~ssgp_ppl.tables.TableOptions`):
+    ``inputs`` / ``drop``
     choose the input columns (a list or ``"a,b"``), ``dropna`` drops rows with missing values,
     ``encode="onehot"`` turns text columns into 0/1 inputs, ``dates="numeric"`` date columns into
     days since 1970-01-01; ``test`` a file or DataFrame of test rows (then every row of ``data``
@@ -68,21 +57,31 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     entry = _entry(model, settings)
     lik = entry.lik
     scaling = entry.config["data"]["x_scaling"]
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, numbers.Integral)
+                              or steps < 1):
+        raise SSGPError(f"steps must be a positive integer, got {steps!r}")
+    steps = None if steps is None else int(steps)
+    seed = check_seed(seed)
     if data is not None and (x is not None or y is not None):
         raise SSGPError("give either data= or x=, y=, not both")
     table = TableOptions.of(inputs, drop, dropna, encode, dates)
-    if data is None and (test is not None or not table.is_default):
-        raise SSGPError("test=, inputs=, drop=, dropna=, encode= and dates= apply to data= "
-                        "(a file or DataFrame)")
     if data is not None:
+        if x_test is not None or y_test is not None:
+            raise SSGPError("x_test= and y_test= go with x=, y=; with data= give test= (a file "
+                            "or DataFrame of test rows)")
         ds = datasets.load(data, split=split, target=target, x_scaling=scaling,
                            target_kind=lik.target, table=table, test=test)
     elif x is not None and y is not None:
-        ds = datasets.from_arrays(x, y, x_test, y_test, x_scaling=scaling, target_kind=lik.target)
+        for key, value, use in (("target", target, "the target is y"),
+                                ("split", split or None, "every row of x trains"),
+                                ("test", test, "give x_test=, y_test=")):
+            if value is not None:
+                raise SSGPError(f"{key}= applies to data= (a name, a file or a DataFrame); with "
+                                f"x=, y= {use}")
+        ds = datasets.from_arrays(x, y, x_test, y_test, x_scaling=scaling, target_kind=lik.target,
+                                  table=table)
     else:
         raise SSGPError("fit needs data= (a name, a file path or a DataFrame) or x= and y= arrays")
-    if steps is not None and steps < 1:
-        raise SSGPError(f"steps must be >= 1, got {steps}")
     return pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress, force=force)
 
 

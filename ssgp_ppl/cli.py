@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import sys
+import unicodedata
 from pathlib import Path
 
 from ssgp_ppl import __version__, methods, rundir  # imports JAX without starting a backend
@@ -305,9 +306,21 @@ def _entry(args):
     return entry.with_overrides(args.sets) if args.sets else entry
 
 
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (terminal escape sequences, newlines, bidirectional
+    overrides) written as escapes (``\\x1b``, ``\\n``): text from a catalog file can neither
+    drive the terminal nor break a table's lines."""
+    return "".join(ch.encode("unicode_escape").decode("ascii")
+                   if ch in _BIDI or unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch
+                   for ch in text)
+
+
 def _print_table(rows: list[dict], cols: list[str]) -> None:
     def fmt(v):
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
+        return printable(f"{v:.4g}" if isinstance(v, float) else str(v))
 
     cells = [[fmt(r.get(c, "")) for c in cols] for r in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
@@ -339,7 +352,7 @@ def cmd_models(args) -> int:
         warnings.simplefilter("always")
         rows = catalog()
     for w in skipped:  # user files that are not entries: one line each, the rest listed
-        print(f"ssgp-ppl: skipped {w.message}", file=sys.stderr)
+        print(f"ssgp-ppl: skipped {printable(str(w.message))}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
@@ -518,7 +531,24 @@ def cmd_compare(args) -> int:
     return 0
 
 
+PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a program whose reader went away
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a reader that closes the output early (``ssgp-ppl models | head``) ends
+    it quietly with status 141."""
+    try:
+        try:
+            return _main(argv)
+        finally:  # the output is buffered in a pipe: a closed one shows here, not at exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # the rest goes nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return PIPE_CLOSED
+
+
+def _main(argv: list[str] | None) -> int:
     os.environ.setdefault("MPLBACKEND", "Agg")  # the report's figures are files, never windows
     parser = _parser()
     args = parser.parse_args(argv)
@@ -539,6 +569,8 @@ def main(argv: list[str] | None = None) -> int:
                 _check_dask(args)
                 _setup_jax(args.x64, _distributed(args))
             return {"models": cmd_models, "fit": cmd_fit, "compare": cmd_compare}[args.command](args)
+        except BrokenPipeError:  # the reader of the output went away: see main
+            raise
         except (SSGPError, OSError, ValueError) as e:  # bad input: one line, exit 2
             if args.debug:
                 raise
@@ -546,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
                 msg = f"{e.filename}: {e.strerror}"
             else:
                 msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            print(f"ssgp-ppl: error: {msg}", file=sys.stderr)
+            print(f"ssgp-ppl: error: {printable(msg)}", file=sys.stderr)
             return 2
         except Exception as e:  # a bug, not bad input: say so; the traceback with --debug
             if args.debug:
@@ -556,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("ssgp-ppl: error: out of memory; lower m, subsample the rows or pick a "
                       "smaller guide", file=sys.stderr)
                 return 1
-            print(f"ssgp-ppl: internal error ({type(e).__name__}: {text}); please report it with "
+            print(f"ssgp-ppl: internal error ({type(e).__name__}: {printable(text)}); please report it with "
                   "the command and the traceback that --debug prints", file=sys.stderr)
             return 1
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import numbers
 import os
 import zipfile
 from collections.abc import Sequence
@@ -353,15 +354,7 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
     y_tr_raw, y_te_raw = y[train_idx], y[test_idx]
     x_scaler = _fit_x_scaler(x_tr_raw, x_scaling)
     y_scaler = _fit_standard(y_tr_raw)
-    if target_kind == "continuous" and np.ptp(y_tr_raw) == 0:
-        raise SSGPError(f"'{name}': target {tname!r} is constant ({y_tr_raw[0]:g}) on the "
-                        f"{len(y_tr_raw)} training rows: there is nothing to learn")
-    y_sd = float(np.asarray(y_scaler.scale))
-    if target_kind == "continuous" and not Y_SCALE_RANGE[0] <= y_sd <= Y_SCALE_RANGE[1]:
-        raise SSGPError(f"'{name}': target {tname!r} has standard deviation {y_sd:.3g}; variances "
-                        "in its units would leave float64's range: divide the target by a power "
-                        f"of ten so that its spread is between {Y_SCALE_RANGE[0]:g} and "
-                        f"{Y_SCALE_RANGE[1]:g}")
+    _check_target(y_tr_raw, name, tname, target_kind)
     if target_kind == "binary":
         cut = float(np.median(y_tr_raw)) if threshold is None else float(threshold)
         y_tr_raw, y_te_raw = (y_tr_raw > cut).astype(np.float64), (y_te_raw > cut).astype(np.float64)
@@ -374,8 +367,9 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
     if target_kind != "continuous":
         y_scaler = Scaler(np.zeros(()), np.ones(()))
 
-    def prep(a, s):
-        return np.ascontiguousarray(s.transform(a), dtype=np.float64)
+    def prep(a, s):  # a test value far outside the training range may overflow: refused later
+        with np.errstate(over="ignore"):
+            return np.ascontiguousarray(s.transform(a), dtype=np.float64)
 
     return Dataset(
         name=name,
@@ -392,44 +386,163 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
 
 
 def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
-                target_kind: str = "continuous", name: str = "arrays") -> Dataset:
+                target_kind: str = "continuous", name: str = "arrays",
+                table: TableOptions | None = None) -> Dataset:
     """A Dataset of in-memory arrays: every row of ``x`` (n, d), ``y`` (n,) is a training row, the
-    test rows are ``x_test``, ``y_test`` (none if not given); scalers fitted on the training rows."""
-    feats = tuple(str(c) for c in x.columns) if isinstance(x, pd.DataFrame) else None
+    test rows are ``x_test``, ``y_test`` (none if not given); scalers fitted on the training rows.
+    A DataFrame ``x`` is read as a table (:func:`~ssgp_ppl.tables.prepare`, with ``table``'s
+    options): its text, date and missing values get the messages a ``data=`` table gets."""
+    table = TableOptions() if table is None else table
+    if not isinstance(x, pd.DataFrame) and not table.is_default:
+        raise SSGPError("inputs=, drop=, dropna=, encode= and dates= apply to a table: data= or "
+                        "x= a DataFrame")
     tname = str(y.name) if isinstance(y, pd.Series) and y.name is not None else "y"
-    x = np.asarray(x, np.float64)
-    y = np.asarray(y, np.float64)
-    x = x[:, None] if x.ndim == 1 else x
-    if x.ndim != 2 or y.ndim != 1 or len(x) != len(y):
-        raise SSGPError(f"x must be (n, d) and y (n,) with the same n, got {x.shape} and {y.shape}")
-    feats = feats or _xnames(x.shape[1])
-    _check_finite_array(x, y, "the arrays x, y", feats, "y")
+    y = _vector(real_array(y, "y"), "y")
+    encoding = record = None
+    if isinstance(x, pd.DataFrame):
+        if len(x) != len(y):
+            raise SSGPError(f"x has {len(x)} rows and y {len(y)}: they must be the same rows")
+        x, y, encoding, record = prepare(_with_target(x, y, tname, "x"), tname, table, "x")
+        feats = encoding.feature_names
+    else:
+        x = real_array(x, "x")
+        x = x[:, None] if x.ndim == 1 else x
+        if x.ndim != 2 or len(x) != len(y):
+            raise SSGPError(f"x must be (n, d) and y (n,) with the same n, got {x.shape} and "
+                            f"{y.shape}")
+        feats = _xnames(x.shape[1])
+    if x.shape[1] == 0:
+        raise SSGPError("x has no columns: a model needs at least one input")
+    _check_finite_array(x, y, "the arrays x, y", feats, tname)
     if len(x) < 2:
         raise SSGPError(f"{len(x)} training rows are too few; need at least 2")
     if (x_test is None) != (y_test is None):
         raise SSGPError("give both x_test and y_test, or neither")
-    xt = np.zeros((0, x.shape[1])) if x_test is None else np.asarray(x_test, np.float64)
-    yt = np.zeros(0) if y_test is None else np.asarray(y_test, np.float64)
-    xt = xt[:, None] if xt.ndim == 1 else xt
-    if xt.ndim != 2 or xt.shape[1] != x.shape[1] or len(xt) != len(yt):
-        raise SSGPError(f"x_test must be (n*, {x.shape[1]}) and y_test (n*,), got {xt.shape} and "
-                        f"{yt.shape}")
+    if x_test is None:
+        xt, yt = np.zeros((0, x.shape[1])), np.zeros(0)
+    else:
+        yt = _vector(real_array(y_test, "y_test"), "y_test")
+        if encoding is not None and isinstance(x_test, pd.DataFrame):
+            if len(x_test) != len(yt):
+                raise SSGPError(f"x_test has {len(x_test)} rows and y_test {len(yt)}: they must be "
+                                "the same rows")
+            xt, yt, _ = encoding.transform(_with_target(x_test, yt, tname, "x_test"), "x_test",
+                                           dropna=table.dropna)
+        else:
+            xt = real_array(x_test, "x_test", feats)
+        xt = xt[:, None] if xt.ndim == 1 else xt
+        if xt.ndim != 2 or xt.shape[1] != x.shape[1] or len(xt) != len(yt):
+            raise SSGPError(f"x_test must be (n*, {x.shape[1]}) and y_test (n*,), got {xt.shape} "
+                            f"and {yt.shape}")
     if len(xt):
-        _check_finite_array(xt, yt, "the arrays x_test, y_test", feats, "y")
+        _check_finite_array(xt, yt, "the arrays x_test, y_test", feats, tname)
     for what, v in (("y", y), ("y_test", yt)):
         if target_kind == "binary" and not np.all((v == 0) | (v == 1)):
             raise SSGPError(f"{what}: a binary target (probit likelihood) must hold 0 and 1 only")
         if target_kind == "count" and (np.any(v < 0) or np.any(v != np.round(v))):
             raise SSGPError(f"{what}: a count target (Poisson likelihood) must hold non-negative "
                             "integers")
+    _check_target(y, name, tname, target_kind)
     x_scaler = _fit_x_scaler(x, x_scaling)
     y_scaler = _fit_standard(y) if target_kind == "continuous" else Scaler(np.zeros(()), np.ones(()))
 
-    def prep(a, s):
-        return np.ascontiguousarray(s.transform(a), dtype=np.float64)
+    def prep(a, s):  # a test value far outside the training range may overflow: refused later
+        with np.errstate(over="ignore"):
+            return np.ascontiguousarray(s.transform(a), dtype=np.float64)
 
     return Dataset(name, prep(x, x_scaler), prep(y, y_scaler), prep(xt, x_scaler),
-                   prep(yt, y_scaler), x_scaler, y_scaler, feats, tname, 0)
+                   prep(yt, y_scaler), x_scaler, y_scaler, feats, tname, 0, encoding, record)
+
+
+def _with_target(frame: pd.DataFrame, y: np.ndarray, tname: str, what: str) -> pd.DataFrame:
+    """``frame`` (the inputs) with the target ``y`` as its column ``tname``, by position."""
+    frame = frame.rename(columns=str)
+    if tname in frame.columns:
+        raise SSGPError(f"{what} has a column {tname!r}, the target's name (y's Series name): "
+                        "rename one of them")
+    frame = frame.copy()
+    frame[tname] = y
+    return frame
+
+
+def _vector(a: np.ndarray, what: str) -> np.ndarray:
+    if a.ndim != 1:
+        raise SSGPError(f"{what} must be a vector (n,), got shape {a.shape}")
+    return a
+
+
+def _position(index: tuple, shape: tuple, columns) -> str:
+    """Where an entry is: "row i, column c" (2-D, the column by name if there are names)."""
+    if len(shape) == 1:
+        return f"entry {index[0]}"
+    col = f"'{columns[index[1]]}'" if columns is not None and index[1] < len(columns) else index[1]
+    return f"row {index[0]}, column {col}" if len(shape) == 2 else f"index {index}"
+
+
+def real_array(a, what: str, columns=None) -> np.ndarray:
+    """``a`` (an array, a list, a DataFrame or Series of numbers; booleans count as 0/1) as a
+    float64 array; anything else (text, complex numbers, dates, None) one SSGPError naming
+    ``what`` and the row and column (``columns``: their names) of the first such value. Missing
+    values (None, ``pd.NA``) become NaN, for the callers' finiteness checks."""
+    if isinstance(a, pd.DataFrame):
+        columns = [str(c) for c in a.columns]
+    if a is None or isinstance(a, str | bytes | dict | set):
+        raise SSGPError(f"{what} must be an array of numbers, got {type(a).__name__}")
+    try:
+        arr = a.to_numpy() if isinstance(a, pd.DataFrame | pd.Series) else np.asarray(a)
+    except (ValueError, TypeError) as e:  # ragged nested lists
+        raise SSGPError(f"{what} is not an array of numbers ({one_line(e)[:150]})") from None
+    kind = arr.dtype.kind
+    if kind in "biuf":
+        return np.asarray(arr, np.float64)
+    if kind == "c":
+        raise SSGPError(f"{what} holds complex numbers; give real numbers (its .real part, if "
+                        "the imaginary parts are noise)")
+    if kind != "O":
+        word = {"U": "text", "S": "bytes", "M": "dates", "m": "time spans"}.get(kind, arr.dtype)
+        at = f" ({_position(np.unravel_index(0, arr.shape), arr.shape, columns)}: " \
+             f"{arr.reshape(-1)[:1].tolist()[0]!r})" if arr.size else ""
+        raise SSGPError(f"{what} holds {word}, not numbers{at}"[:300])
+    out = np.empty(arr.shape, np.float64)
+    for i, v in enumerate(arr.flat):
+        if v is None or v is pd.NA or v is pd.NaT:
+            out.flat[i] = np.nan
+            continue
+        if isinstance(v, numbers.Real):
+            try:
+                out.flat[i] = float(v)
+                continue
+            except (OverflowError, TypeError, ValueError):
+                pass
+        where = _position(np.unravel_index(i, arr.shape), arr.shape, columns)
+        why = "a complex number" if isinstance(v, numbers.Complex) else type(v).__name__
+        raise SSGPError(f"{what}: {where} holds {why} {v!r}, not a real number"[:300])
+    return out
+
+
+X_SCALED_MAX = 1e30  # scaled inputs beyond this leave float32's range (3.4e38) in the features
+
+
+def check_scaled_range(x_scaled: np.ndarray, what: str, columns=None) -> None:
+    """One SSGPError naming the row and column of the first scaled input (standardised units:
+    the training inputs' spread is about 1) beyond :data:`X_SCALED_MAX`."""
+    far = np.abs(x_scaled) > X_SCALED_MAX
+    if far.any():
+        first = np.unravel_index(int(np.argmax(far)), x_scaled.shape)
+        raise SSGPError(f"{what}: {_position(first, x_scaled.shape, columns)} lies "
+                        f"{abs(float(x_scaled[first])):.3g} times the training inputs' spread "
+                        f"from their centre; the model computes up to {X_SCALED_MAX:g}")
+
+
+def check_finite_rows(x: np.ndarray, what: str, columns=None) -> None:
+    """One SSGPError naming the row and column of ``x``'s first NaN or infinite value."""
+    bad = ~np.isfinite(x)
+    if bad.any():
+        first = np.unravel_index(int(np.argmax(bad)), x.shape)
+        more = int(bad.sum()) - 1
+        raise SSGPError(f"{what}: {_position(first, x.shape, columns)} is {float(x[first])}"
+                        f"{f' ({more} more non-finite values)' if more else ''}; every input "
+                        "must be a finite number")
 
 
 # --------------------------------------------------------------------------------------------
@@ -454,6 +567,22 @@ def _split_indices(name: str, n: int, spec, rng: np.random.Generator):
 
 
 Y_SCALE_RANGE = (1e-150, 1e150)  # a target's sd whose square (predictive variances) is finite
+
+
+def _check_target(y: np.ndarray, name: str, tname: str, target_kind: str) -> None:
+    """A continuous target on the training rows: not constant, its standard deviation within
+    :data:`Y_SCALE_RANGE` (one SSGPError saying what to do otherwise)."""
+    if target_kind != "continuous":
+        return
+    if np.ptp(y) == 0:
+        raise SSGPError(f"'{name}': target {tname!r} is constant ({y[0]:g}) on the "
+                        f"{len(y)} training rows: there is nothing to learn")
+    y_sd = float(np.asarray(_fit_standard(y).scale))
+    if not Y_SCALE_RANGE[0] <= y_sd <= Y_SCALE_RANGE[1]:
+        raise SSGPError(f"'{name}': target {tname!r} has standard deviation {y_sd:.3g}; variances "
+                        "in its units would leave float64's range: divide the target by a power "
+                        f"of ten so that its spread is between {Y_SCALE_RANGE[0]:g} and "
+                        f"{Y_SCALE_RANGE[1]:g}")
 
 
 def _fit_standard(a: np.ndarray) -> Scaler:

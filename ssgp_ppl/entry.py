@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import copy
 import os
+import re
+import stat
 import tomllib
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from ssgp_ppl import likelihoods, spectral
 from ssgp_ppl import methods as _methods
@@ -28,13 +31,17 @@ from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
 from ssgp_ppl.predictive import RULES
 from ssgp_ppl.settings import Field, leaf_paths, validate
 
+HYPER_RANGE = (1e-6, 1e6)  # starting and fixed values (standardised units): far beyond, float32
+# under- or overflows (noise² = 0 is an invalid noise; 1e300 a NaN loss)
+
 
 def _hyper_schema(init: float, dist: str = "half_cauchy", scale: float = 1.0) -> dict:
+    lo, hi = HYPER_RANGE
     return {
         "role": Field(str, "learned", "learned (type-II) | fixed | prior", choices=ROLES),
-        "init": Field((int, float), init, "initial value (learned, and start of VI/MAP)", low=0,
-                      open_low=True),
-        "value": Field((int, float), init, "value when role = fixed", low=0, open_low=True),
+        "init": Field((int, float), init, "initial value (learned, and start of VI/MAP)", low=lo,
+                      high=hi),
+        "value": Field((int, float), init, "value when role = fixed", low=lo, high=hi),
         "dist": Field(str, dist, "prior family when role = prior", choices=PRIORS),
         "loc": Field((int, float), 0.0, "prior location (lognormal, normal)"),
         "scale": Field((int, float), scale, "prior scale", low=0, open_low=True),
@@ -112,6 +119,9 @@ _user_catalogs: list[Path] = []
 def add_catalog(directory: str | Path) -> None:
     """Add a user catalog directory: its ``*.toml`` entries join the built-in ones (as
     ``ssgp-ppl --catalog DIR`` and the ``SSGP_PPL_MODELS`` environment variable do)."""
+    if not isinstance(directory, str | os.PathLike) or not str(directory).strip():
+        raise SSGPError(f"add_catalog takes a directory path, got {type(directory).__name__} "
+                        f"{directory!r}"[:200])
     d = Path(directory).expanduser().resolve()
     if not d.is_dir():
         raise SSGPError(f"catalog directory not found: {directory}")
@@ -146,10 +156,12 @@ def catalog_files() -> tuple[dict[str, Path], dict[Path, str]]:
 
 
 def _parse_value(text: str):
+    """A ``--set`` value: a TOML number, boolean, string or list, else the text as it is."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    return value if isinstance(value, bool | int | float | str | list) else text
 
 
 @dataclass(frozen=True)
@@ -226,14 +238,27 @@ class CatalogEntry:
                 or self.config["partitions"]["per_step"] > 0)
 
     def with_overrides(self, assignments: list[str]) -> CatalogEntry:
-        """Apply ``key=value`` overrides (dotted path, or a leaf name unique in the schema; an
-        ambiguous leaf such as ``steps`` resolves to the entry's own method) and re-validate."""
-        raw = copy.deepcopy(self.config)
-        paths = leaf_paths(schema())
+        """Apply ``key=value`` texts (``--set``; the value read as a TOML value, else as text):
+        see :meth:`with_settings`."""
+        pairs = []
         for item in assignments:
-            if "=" not in item:
+            if not isinstance(item, str) or "=" not in item:
                 raise SSGPError(f"--set {item!r}: expected key=value")
             key, text = (s.strip() for s in item.split("=", 1))
+            pairs.append((key, _parse_value(text)))
+        return self.with_settings(pairs, what="--set")
+
+    def with_settings(self, items, *, what: str = "settings") -> CatalogEntry:
+        """Apply ``(key, value)`` pairs (dotted path, or a leaf name unique in the schema; an
+        ambiguous leaf such as ``steps`` resolves to the entry's own method) and re-validate.
+        Values are data (numbers, text, booleans, lists), never parsed; ``what`` names the
+        source in errors."""
+        raw = copy.deepcopy(self.config)
+        paths = leaf_paths(schema())
+        for key, value in items:
+            if not isinstance(key, str) or not _KEY.fullmatch(key):
+                raise SSGPError(f"{what}: {key!r} is not a catalog key (a dotted name such as "
+                                "svi.lr or m)")
             parts = tuple(key.split("."))
             matches = [p for p in paths if p[-len(parts):] == parts]
             for prefer in (("inference", self.methods[0]), ("predictive",)):
@@ -241,18 +266,34 @@ class CatalogEntry:
                     own = [p for p in matches if p[:len(prefer)] == prefer]
                     matches = own if len(own) == 1 else matches
             if not matches:
-                raise SSGPError(f"--set: unknown key {key!r} (see the README's catalog format)")
+                raise SSGPError(f"{what}: unknown key {key!r} (see the README's catalog format)")
             if len(matches) > 1:
                 opts = ", ".join(".".join(p) for p in matches)
-                raise SSGPError(f"--set: key {key!r} is ambiguous; use one of {opts}")
+                raise SSGPError(f"{what}: key {key!r} is ambiguous; use one of {opts}")
+            value = _setting_value(value, key, what)
+            if matches[0] == ("inference", "methods") and isinstance(value, str):
+                value = [v.strip() for v in value.split(",")]
             node = raw
             for p in matches[0][:-1]:
                 node = node[p]
-            value = _parse_value(text)
-            if matches[0] == ("inference", "methods") and isinstance(value, str):
-                value = [v.strip() for v in value.split(",")]
             node[matches[0][-1]] = value
-        return _build(self.name, self.path, raw, src=f"{self.path.name} with --set")
+        return _build(self.name, self.path, raw, src=f"{self.path.name} with {what}")
+
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _setting_value(v, key: str, what: str):
+    """A setting's value as the plain data TOML gives (numpy scalars as Python values, tuples as
+    lists); anything else one SSGPError naming the key."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, list | tuple):
+        return [_setting_value(i, key, what) for i in v]
+    if not isinstance(v, bool | int | float | str):
+        raise SSGPError(f"{what}: {key}: expected a number, text, true/false or a list, got "
+                        f"{type(v).__name__} {v!r}"[:300])
+    return v
 
 
 def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
@@ -300,21 +341,26 @@ def from_saved(name: str, path: Path, config: dict, src: str) -> CatalogEntry:
 
 def load_entry(name_or_path: str | Path) -> CatalogEntry:
     """Load a catalog entry by name (see :func:`list_entries`) or by path to a TOML file."""
+    if not isinstance(name_or_path, str | os.PathLike):
+        raise SSGPError("a catalog model is a name, a .toml path or a CatalogEntry, got "
+                        f"{type(name_or_path).__name__}")
     p = Path(name_or_path)
     if p.suffix != ".toml":
         files, clashes = catalog_files()
+        clash = [q for f, q in clashes.items() if f.stem == str(name_or_path)]
+        if clash:  # a user file of this name: which one is meant is not clear
+            raise SSGPError(clash[0])
         if str(name_or_path) not in files:
-            clash = [q for f, q in clashes.items() if f.stem == str(name_or_path)]
-            if clash:
-                raise SSGPError(clash[0])
             known = ", ".join(files) or "none"
             raise SSGPError(f"unknown catalog model {str(name_or_path)!r}; known: {known}")
         p = files[str(name_or_path)]
     if not p.is_file():
-        raise SSGPError(f"catalog file not found: {p}")
+        raise SSGPError(_not_a_file(p))
     src = p.name if p.parent == BUILTIN_CATALOG else str(p)  # every message names the file so
-    try:
-        raw = tomllib.loads(p.read_bytes().decode("utf-8"))
+    try:  # a byte order mark (editors on Windows write one) is not part of the TOML
+        raw = tomllib.loads(p.read_bytes().decode("utf-8-sig"))
+    except OSError as e:
+        raise SSGPError(f"{src}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise SSGPError(f"{src}: not UTF-8 text (byte {e.start}); a catalog file is UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as e:
@@ -322,6 +368,19 @@ def load_entry(name_or_path: str | Path) -> CatalogEntry:
     except RecursionError:
         raise SSGPError(f"{src}: not valid TOML: nested too deeply") from None
     return _build(p.stem, p, raw, src=src)
+
+
+def _not_a_file(p: Path) -> str:
+    """Why ``p``, which is not a regular file, is no catalog file."""
+    if p.is_symlink() and not p.exists():
+        return f"catalog file {p} is a symbolic link to nothing (broken, or a loop)"
+    if not p.exists():
+        return f"catalog file not found: {p}"
+    mode = p.stat().st_mode
+    what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or
+            stat.S_ISBLK(mode) else "not a regular file")
+    return f"catalog file {p} is {what}, not a TOML file"
 
 
 def list_entries() -> list[str]:

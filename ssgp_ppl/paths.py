@@ -36,8 +36,8 @@ from numpyro.infer import Predictive
 from numpyro.infer.util import log_density
 from scipy.special import logsumexp
 
+from ssgp_ppl.datatree import by_chain
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.methods import common
 from ssgp_ppl.posterior import Handoff, Posterior
 from ssgp_ppl.predictive import SiteRule, StackedRule, loo_predictive
 from ssgp_ppl.stacking import COMBINE, stacking_weights
@@ -258,7 +258,7 @@ def combine(paths: list[Posterior], data, how: str, *, seconds: float | None = N
                                                       rule_sites.items()})
     else:  # closed-form predictives (NCVMP): their mixture
         rule = StackedRule(tuple(p.rule for p in paths), tuple(int(c) for c in counts))
-    return Posterior(first.entry, first.method, first.dataset, common.by_chain(sites, 1), rule,
+    return Posterior(first.entry, first.method, first.dataset, by_chain(sites, 1), rule,
                      first.x_scaler, first.y_scaler, info, losses=first.losses,
                      y_centre=first.y_centre, handoff=first.handoff, path_of_draw=path_of_draw,
                      params=None)

@@ -21,7 +21,7 @@ from scipy.special import ndtr
 from ssgp_ppl import datatree, methods, paths, resources
 from ssgp_ppl.calibration import is_vi, vi_loo_weights
 from ssgp_ppl.checkpoint import Checkpoint, run_fingerprint
-from ssgp_ppl.datasets import Dataset
+from ssgp_ppl.datasets import Dataset, check_scaled_range
 from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import SSGPError, check_seed
 from ssgp_ppl.linalg import check_finite
@@ -72,6 +72,7 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
     if steps is not None and steps < 1:
         raise SSGPError(f"--steps must be >= 1, got {steps}")
     check_test_inputs(data.x_train, data.x_test)
+    check_scaled_range(data.x_test, "test inputs", data.feature_names)
     if m.name not in entry.methods:
         m.check(entry, entry.path.name)
     if inputs is None:

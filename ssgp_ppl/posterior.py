@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ssgp_ppl.datasets import Scaler
-from ssgp_ppl.errors import SSGPError, one_line
+from ssgp_ppl.datasets import Scaler, check_finite_rows, check_scaled_range, real_array
+from ssgp_ppl.errors import SSGPError, check_seed, one_line
 from ssgp_ppl.partitions import Partitions
 from ssgp_ppl.predictive import (
     STATE_ARRAYS,
@@ -212,10 +212,13 @@ class Posterior:
     def predict_standardised(self, x_std, *, seed: int = 0, client=None,
                              progress: bool = False) -> Prediction:
         """:meth:`predict` at inputs already in the model's standardised units."""
-        x_std = np.asarray(x_std, np.float64)
+        seed = check_seed(seed)
+        x_std = real_array(x_std, "predict: x_std", self.feature_names or None)
         check_test_inputs(np.zeros((1, self.n_features)), x_std)
         if len(x_std) == 0:
             raise SSGPError("predict: no rows to predict")
+        check_finite_rows(x_std, "predict: x_std", self.feature_names or None)
+        check_scaled_range(x_std, "predict", self.feature_names or None)
         num = int(np.prod(next(iter(self.sites.values())).shape[:2])) if self.sites else 1
         return prediction(self.rule, self.entry.lik, x_std, self.y_scaler, seed=seed, num=num,
                           client=client, progress=progress)
@@ -223,23 +226,39 @@ class Posterior:
     def predict(self, x_new, *, seed: int = 0, client=None, progress: bool = False) -> Prediction:
         """The predictive of y* at ``x_new`` (n*, d) raw inputs in the training data's columns and
         units: mean, variance, one y* draw per posterior draw, ``interval(level)``; original units
-        of the target."""
+        of the target. A missing, non-numeric or infinite input is an error naming its row
+        (counted from 0) and column."""
+        seed = check_seed(seed)
+        names = self.feature_names or None
+        if isinstance(x_new, pd.DataFrame):
+            x_new = _checked_frame(x_new, self.encoding)
         if isinstance(x_new, pd.DataFrame) and self.encoding is not None:  # as the training table
             x_new = self.encoding.transform(x_new, "predict's DataFrame", target=False)[0]
+            names = self.encoding.feature_names
         elif isinstance(x_new, pd.DataFrame):  # the training inputs' columns, by name
-            x_new = x_new.rename(columns=str)
             missing = [c for c in self.feature_names if c not in x_new.columns]
             if missing or not self.feature_names:
                 raise SSGPError(f"predict: the DataFrame lacks the input columns {missing} the model "
                                 "was fitted on" if missing else "predict: this posterior has no "
                                 "column names; pass an array in the training column order")
             x_new = x_new[list(self.feature_names)]
-        x_new = np.asarray(x_new, np.float64)
+        x_new = real_array(x_new, "predict: x_new", names)
+        if x_new.ndim == 0:
+            raise SSGPError(f"predict: x_new must be an (n*, {self.n_features}) array of inputs, "
+                            f"got the single number {float(x_new)!r}")
         if x_new.ndim == 1:  # n* values of a single input, or one row of d inputs
             x_new = x_new[:, None] if self.n_features == 1 else x_new[None]
-        check_test_inputs(np.zeros((1, self.n_features)), x_new)  # before the scaler broadcasts
-        return self.predict_standardised(self.x_scaler.transform(x_new), seed=seed, client=client,
-                                         progress=progress)
+        if x_new.ndim != 2:
+            raise SSGPError(f"predict: x_new must be (n*, {self.n_features}), got shape "
+                            f"{x_new.shape}")
+        if x_new.shape[1] != self.n_features:  # before the scaler broadcasts
+            cols = f": {', '.join(names)}" if names else ""
+            raise SSGPError(f"predict: x_new has {x_new.shape[1]} columns but the model was built "
+                            f"for {self.n_features} (the training inputs'{cols})"[:300])
+        check_finite_rows(x_new, "predict: x_new", names)
+        with np.errstate(over="ignore"):  # beyond float64: refused as out of range
+            x_std = self.x_scaler.transform(x_new)
+        return self.predict_standardised(x_std, seed=seed, client=client, progress=progress)
 
     # ------------------------------------------------------------------ save / load
 
@@ -249,6 +268,8 @@ class Posterior:
         sha256 of all of it (:func:`state_checksum`) that :func:`load` checks."""
         from ssgp_ppl.io import write_datatree
 
+        if not isinstance(path, str | os.PathLike):
+            raise SSGPError(f"save takes a file path, got {type(path).__name__}")
         path = Path(path)
         arrays, rule_attrs = self.rule.state()
         arrays, rule_attrs = dict(arrays), dict(rule_attrs)
@@ -379,6 +400,32 @@ def _check_scaler(path: Path, arrays: dict, name: str, ndim: int) -> Scaler:
         raise SSGPError(f"{path}: {name}_scale: a saved scaler's scales must be finite and > 0, "
                         f"got {np.ravel(scale)[:4].tolist()}")
     return Scaler(mean, scale)
+
+
+def _checked_frame(df: pd.DataFrame, encoding: TableEncoding | None) -> pd.DataFrame:
+    """predict's DataFrame, its columns named as text; one SSGPError for duplicate names, and
+    (with a table encoding) naming the row and column of a missing value or of text in a numeric
+    input column."""
+    df = df.rename(columns=str)
+    cols = list(df.columns)
+    dup = sorted({c for c in cols if cols.count(c) > 1})
+    if dup:
+        raise SSGPError(f"predict: the DataFrame has duplicate column names: {', '.join(dup)}")
+    if encoding is None:
+        return df
+    used = [c for c, _, _ in encoding.columns if c in df.columns]  # an absent one: transform says
+    na = df[used].isna().to_numpy()
+    if na.any():
+        i, j = np.unravel_index(int(np.argmax(na)), na.shape)
+        raise SSGPError(f"predict: row {i}, column '{used[j]}' is missing ({int(na.sum())} missing "
+                        "values in all); every input must be given")
+    numeric = [c for c, kind, _ in encoding.columns if kind == "numeric" and c in df.columns]
+    if numeric:  # numbers held as objects are numbers
+        values = real_array(df[numeric], "predict: x_new")
+        df = df.copy()
+        for j, c in enumerate(numeric):
+            df[c] = values[:, j]
+    return df
 
 
 def load(path: str | Path, make_entry) -> Posterior:

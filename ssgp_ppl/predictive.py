@@ -37,7 +37,7 @@ from jax.scipy.linalg import solve_triangular
 from scipy.special import ndtr, ndtri
 
 from ssgp_ppl import ncvmp, spectral
-from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.errors import SSGPError, one_line
 from ssgp_ppl.linalg import cholesky
 from ssgp_ppl.metrics import mixture_moments
 from ssgp_ppl.neighbourhoods import LocalResult, local_predict
@@ -635,7 +635,18 @@ STATE_ARRAYS = re.compile(
 
 
 def rule_from_state(arrays: dict, attrs: dict):
-    """The rule object :meth:`SiteRule.state` (or the others') saved."""
+    """The rule object :meth:`SiteRule.state` (or the others') saved; a state with missing or
+    mistyped parts is one SSGPError."""
+    try:
+        return _rule_from_state(arrays, attrs)
+    except SSGPError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise SSGPError(f"the saved predictive rule is corrupt ({type(e).__name__}: "
+                        f"{one_line(e)[:120]})") from None
+
+
+def _rule_from_state(arrays: dict, attrs: dict):
     kind = attrs["rule"]
     if kind == "sites":
         parts = None
@@ -650,7 +661,7 @@ def rule_from_state(arrays: dict, attrs: dict):
         return NCVMPRule(state, arrays["points"], int(attrs["n"]), _prior(arrays, attrs),
                          float(attrs["ybar"]))
     if kind == "stacked":
-        rules = tuple(rule_from_state({k[len(f"path{i}_"):]: v for k, v in arrays.items()
+        rules = tuple(_rule_from_state({k[len(f"path{i}_"):]: v for k, v in arrays.items()
                                        if k.startswith(f"path{i}_")}, a)
                       for i, a in enumerate(attrs["paths"]))
         return StackedRule(rules, tuple(attrs["counts"]))

@@ -44,6 +44,13 @@ def check_value(f: Field, value, where: str) -> None:
     items = value if isinstance(value, list) else [value]
     if isinstance(value, list) and not value:
         raise SSGPError(f"{where}: must not be empty")
+    if isinstance(value, list) and f.choices is not None and len(value) > len(f.choices):
+        raise SSGPError(f"{where}: {len(value)} values, but there are only {len(f.choices)} to "
+                        f"choose from ({', '.join(map(str, f.choices))})")
+    if isinstance(value, list):
+        seen = [v for i, v in enumerate(value) if v in value[:i]]
+        if seen:
+            raise SSGPError(f"{where}: {seen[0]!r} is listed twice")
     for v in items:
         if isinstance(v, float) and not math.isfinite(v):  # TOML and --set accept nan and inf
             raise SSGPError(f"{where}: must be a finite number, got {v!r}")
@@ -51,9 +58,9 @@ def check_value(f: Field, value, where: str) -> None:
             raise SSGPError(f"{where}: {v!r} is not one of {', '.join(map(str, f.choices))}")
         if f.low is not None and (v < f.low or (f.open_low and v == f.low)):
             op = ">" if f.open_low else ">="
-            raise SSGPError(f"{where}: must be {op} {f.low}, got {v!r}")
+            raise SSGPError(f"{where}: must be {op} {f.low:g}, got {v!r}")
         if f.high is not None and v > f.high:
-            raise SSGPError(f"{where}: must be <= {f.high}, got {v!r}")
+            raise SSGPError(f"{where}: must be <= {f.high:g}, got {v!r}")
 
 
 def validate(raw: dict, schema: dict, prefix: str, src: str) -> dict:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.errors import SSGPError, one_line
 
 ENCODINGS = ("none", "onehot")
 DATES = ("none", "numeric")
@@ -59,6 +59,10 @@ class TableOptions:
             raise SSGPError(f"dates must be one of {', '.join(DATES)}, got {self.dates!r}")
         if self.inputs is not None and self.drop:
             raise SSGPError("give the input columns (inputs) or the columns to drop, not both")
+        for flag, cols in (("inputs", self.inputs or ()), ("drop", self.drop)):
+            dup = list(dict.fromkeys(c for i, c in enumerate(cols) if c in cols[:i]))
+            if dup:
+                raise SSGPError(f"--{flag}: column {', '.join(map(repr, dup))} is listed twice")
 
     @property
     def is_default(self) -> bool:
@@ -129,8 +133,22 @@ class TableEncoding:
 
     @classmethod
     def from_json(cls, text: str) -> TableEncoding:
-        d = json.loads(text)
-        return cls(tuple((c[0], c[1], tuple(c[2])) for c in d["columns"]), d["target"])
+        """The encoding :meth:`to_json` wrote; anything else one SSGPError."""
+        try:
+            d = json.loads(text)
+            columns = tuple((c[0], c[1], tuple(c[2])) for c in d["columns"])
+            target = d["target"]
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise SSGPError(f"a saved table encoding is corrupt ({type(e).__name__}: "
+                            f"{one_line(e)[:120]})") from None
+        for name, kind, cats in columns:
+            if not (isinstance(name, str) and kind in ("numeric", "date", "onehot")
+                    and all(isinstance(c, str) for c in cats)):
+                raise SSGPError(f"a saved table encoding is corrupt (column {name!r} of kind "
+                                f"{kind!r})"[:200])
+        if not isinstance(target, str):
+            raise SSGPError(f"a saved table encoding is corrupt (target {target!r})"[:200])
+        return cls(columns, target)
 
 
 def prepare(df: pd.DataFrame, target: str | None, options: TableOptions, where: str):
@@ -222,6 +240,8 @@ def _missing(df: pd.DataFrame, cols: list[str], where: str, dropna: bool):
 def _numeric(col: pd.Series, name: str, where: str, what: str = "input column") -> np.ndarray:
     if not (pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)):
         raise SSGPError(f"{what} '{name}' in {where} is not numeric")
+    if pd.api.types.is_complex_dtype(col):
+        raise SSGPError(f"{what} '{name}' in {where} holds complex numbers; give real numbers")
     return col.to_numpy(dtype=np.float64)
 
 

@@ -166,3 +166,131 @@ def test_checkpoint_fingerprint_ignores_the_description_texts(pendulum):
     fp = run_fingerprint(entry, pendulum, "ml", 0, None)
     assert run_fingerprint(reworded, pendulum, "ml", 0, None) == fp
     assert run_fingerprint(changed, pendulum, "ml", 0, None)["config"] != fp["config"]
+
+
+# ------------------------------------------------------------------------ bad inputs, one error
+TINY = {"m": 2, "ml.steps": 3}
+
+
+def _small(n=12, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    return x, np.sin(x).sum(1) + 0.1 * rng.normal(size=n)
+
+
+@pytest.fixture(scope="module")
+def tiny_post():
+    x, y = _small()
+    import pandas as pd
+
+    return ssgp_ppl.fit("ssgp", x=pd.DataFrame(x, columns=["a", "b"]), y=y, settings=TINY)
+
+
+def test_complex_values_a_target_with_arrays_and_non_integer_steps_are_refused():
+    x, y = _small()
+    for bad in (dict(x=x + 1j), dict(y=y + 0j), dict(x=x.astype(object) + 1j)):
+        with pytest.raises(SSGPError, match="complex"):
+            ssgp_ppl.fit("ssgp", **{"x": x, "y": y, **bad}, settings=TINY)
+    with pytest.raises(SSGPError, match="target= applies to data="):
+        ssgp_ppl.fit("ssgp", x=x, y=y, target="y", settings=TINY)
+    for steps in (1.5, True, 0, "3"):
+        with pytest.raises(SSGPError, match="steps must be a positive integer"):
+            ssgp_ppl.fit("ssgp", x=x, y=y, steps=steps, settings=TINY)
+
+
+def test_a_dataframe_x_gets_the_table_checks_and_options():
+    """Text, date, missing and categorical columns of x=DataFrame: the messages of data=; and
+    its options (encode=, dates=, dropna=) apply."""
+    import pandas as pd
+
+    x, y = _small(n=20)
+    frame = pd.DataFrame(x, columns=["a", "b"])
+    cases = {"u": (["u", "v"] * 10, r"input column 'u' is not numeric \(categorical, 2 values\); "
+                   r"use --encode onehot \(encode='onehot'\)"),
+             "cat": (pd.Categorical(["p", "q"] * 10), "input column 'cat' is not numeric"),
+             "day": (pd.date_range("2020-01-01", periods=20).astype(str), "'day' holds dates"),
+             "na": ([1.0, None] * 10, r"missing values \(column and count: 'na' 10\)")}
+    for col, (values, words) in cases.items():
+        with pytest.raises(SSGPError, match=words):
+            ssgp_ppl.fit("ssgp", x=frame.assign(**{col: values}), y=y, settings=TINY)
+    post = ssgp_ppl.fit("ssgp", x=frame.assign(u=["u", "v"] * 10), y=y, encode="onehot",
+                        settings=TINY)
+    assert post.feature_names == ("a", "b", "u=u", "u=v")
+    assert np.isfinite(post.predict(frame.assign(u=["v"] * 20)).mean).all()
+    with pytest.raises(SSGPError, match="categories the model never saw: w"):
+        post.predict(frame.assign(u=["w"] * 20))
+
+
+def test_targets_given_as_arrays_get_the_range_and_constant_checks():
+    x, y = _small()
+    for k in (1e200, 1e-200):
+        with pytest.raises(SSGPError, match="standard deviation .* divide the target"):
+            ssgp_ppl.fit("ssgp", x=x, y=y * k, x_test=x, y_test=y * k, settings=TINY)
+    with pytest.raises(SSGPError, match="target 'y' is constant .* nothing to learn"):
+        ssgp_ppl.fit("ssgp", x=x, y=np.full(len(y), 2.0), x_test=x, y_test=y, settings=TINY)
+
+
+def test_predict_refuses_bad_inputs_naming_row_and_column(tiny_post):
+    import pandas as pd
+
+    x, _ = _small()
+    for bad in (None, "hello", 3.0, {"a": 1}):
+        with pytest.raises(SSGPError, match="predict"):
+            tiny_post.predict(bad)
+    with pytest.raises(SSGPError, match=r"row 0, column 'b' holds str 'u'"):
+        tiny_post.predict(pd.DataFrame({"a": [1.0, 2.0], "b": ["u", "v"]}))
+    for seed in (1.5, "a", -1):
+        with pytest.raises(SSGPError, match="seed must be an integer"):
+            tiny_post.predict(x[:2], seed=seed)
+    for value, shown in ((np.nan, "nan"), (np.inf, "inf")):
+        bad = x[:4].copy()
+        bad[2, 1] = value
+        with pytest.raises(SSGPError, match=f"row 2, column 'b' is {shown}"):
+            tiny_post.predict(bad)
+    with pytest.raises(SSGPError, match=r"row 1, column 'a' is missing"):
+        tiny_post.predict(pd.DataFrame({"a": [1.0, None], "b": [0.0, 1.0]}))
+    with pytest.raises(SSGPError, match=r"row 0, column 'a' lies .* the model computes up to"):
+        tiny_post.predict(np.array([[1e300, 0.0]]))
+
+
+def test_settings_init_values_and_argument_types_are_checked(tiny_post, tmp_path):
+    x, y = _small()
+    for value, words in ((1e-300, ">= 1e-06"), (1e300, "<= 1e[+]06"), (0.0, ">= 1e-06")):
+        with pytest.raises(SSGPError, match=f"model.noise.init: must be {words}"):
+            ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "noise.init": value})
+    with pytest.raises(SSGPError, match="a catalog model is a name"):
+        ssgp_ppl.fit(5, x=x, y=y)
+    with pytest.raises(SSGPError, match="add_catalog takes a directory path"):
+        ssgp_ppl.add_catalog(5)
+    with pytest.raises(SSGPError, match="save takes a file path"):
+        tiny_post.save(5)
+    with pytest.raises(SSGPError, match="settings must be a dict"):
+        ssgp_ppl.fit("ssgp", x=x, y=y, settings="m=3")
+
+
+def test_settings_are_data_never_toml_text():
+    """A text value keeps its backslashes; a key is a dotted name, never read as TOML."""
+    x, y = _small()
+    with pytest.raises(SSGPError, match=r"'m=5 #' is not a catalog key"):
+        ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "m=5 #": 1})
+    with pytest.raises(SSGPError, match=r"model.m: expected int, got str '3'"):
+        ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "m": "3"})
+    post = ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "description": "C:\\temp\\new",
+                                                   "methods": ("ml",)})
+    assert post.entry.description == "C:\\temp\\new" and post.entry.config["model"]["m"] == 2
+
+
+def test_crafted_encoding_and_rule_states_are_one_error():
+    """The pieces of a saved posterior that are read outside ``load`` itself: a hand-made table
+    encoding or predictive rule state is one SSGPError, never KeyError or JSONDecodeError."""
+    from ssgp_ppl.predictive import rule_from_state
+    from ssgp_ppl.tables import TableEncoding
+
+    for text in ("{", "{}", "[1]", '{"columns": [["a", "weird", []]], "target": "y"}',
+                 '{"columns": [["a"]], "target": "y"}', '{"columns": [], "target": 5}'):
+        with pytest.raises(SSGPError, match="saved table encoding is corrupt"):
+            TableEncoding.from_json(text)
+    for arrays, attrs in (({}, {}), ({}, {"rule": "sites"}), ({}, {"rule": "ncvmp"}),
+                          ({}, {"rule": "stacked", "paths": 3}), ({}, []), ({}, {"rule": []})):
+        with pytest.raises(SSGPError, match="saved predictive rule"):
+            rule_from_state(arrays, attrs)

@@ -210,7 +210,8 @@ def test_user_catalog_adds_to_builtin_and_skips_invalid_files(user_catalog, monk
         rows = ssgp_ppl.catalog()
     assert sorted(r["name"] for r in rows) == sorted([*builtin, "my_ssgp"])
     assert load_entry("my_ssgp").config["model"]["m"] == 7
-    assert load_entry("tan_va").path == BUILTIN_CATALOG / "tan_va.toml"  # the built-in one
+    with pytest.raises(SSGPError, match=r"mine/tan_va\.toml: entry 'tan_va' is already defined"):
+        load_entry("tan_va")  # the user's file is not silently passed over for the built-in one
     problems = sorted(str(w.message) for w in seen)
     assert len(problems) == 3
     assert any("broken.toml: model.m" in p for p in problems)

@@ -187,3 +187,54 @@ def test_x64_flag_computes_in_float64(tmp_path):
         dt = xr.open_datatree(out / "posterior.nc", engine="h5netcdf")
         assert dt["posterior"]["frequencies"].dtype == dtype
         assert dt["predictions"]["f_mean"].dtype == dtype
+
+
+@pytest.fixture
+def own_catalog(tmp_path, monkeypatch):
+    """An empty user catalog directory; the catalogs that main adds are dropped after the test."""
+    import ssgp_ppl.entry as entry_mod
+
+    monkeypatch.setattr(entry_mod, "_user_catalogs", [])
+    d = tmp_path / "mine"
+    d.mkdir()
+    return d
+
+
+def test_a_user_entry_named_like_a_built_in_one_is_an_error_when_used(own_catalog, tmp_path, capsys):
+    from ssgp_ppl.entry import BUILTIN_CATALOG
+
+    (own_catalog / "ssgp.toml").write_text((BUILTIN_CATALOG / "ssgp.toml").read_text())
+    assert main(["fit", "ssgp", "--catalog", str(own_catalog), "--data", "pendulum", "--steps", "3",
+                 "--no-progress", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{own_catalog / 'ssgp.toml'}: entry 'ssgp' is already " \
+        f"defined by {BUILTIN_CATALOG / 'ssgp.toml'}; rename the file" in err
+
+
+def test_models_prints_catalog_text_without_control_characters(own_catalog, capsys):
+    """A description's terminal escapes and newline, and a file name's, are shown escaped: they
+    cannot set the terminal's title or break the table."""
+    from ssgp_ppl.entry import BUILTIN_CATALOG
+
+    text = (BUILTIN_CATALOG / "ssgp.toml").read_text()
+    start = text.index("description")
+    end = text.index("\n", start)
+    (own_catalog / "evil.toml").write_text(
+        text[:start] + 'description = "a\\u001b]0;owned\\u0007b\\nc\\u202ed"' + text[end:])
+    (own_catalog / "bad\x1b[2J.toml").write_text("[model\n")
+    assert main(["models", "--catalog", str(own_catalog)]) == 0
+    out, err = capsys.readouterr()
+    for stream in (out, err):
+        assert not {"\x1b", "\x07", "\u202e"} & set(stream), stream
+    lines = out.splitlines()
+    assert len(lines) == 1 + len(list(BUILTIN_CATALOG.glob("*.toml"))) + 1
+    assert "a\\x1b]0;owned\\x07b\\nc\\u202ed" in next(li for li in lines if li.startswith("evil"))
+    assert err.count("\n") == 1 and "bad\\x1b[2J.toml" in err
+
+
+def test_a_closed_output_pipe_ends_quietly():
+    """``ssgp-ppl models | head``: the reader goes away; no traceback, status 141 (SIGPIPE)."""
+    with subprocess.Popen([*EXE, "models"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+        p.stdout.close()  # before the table is written
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=300) == 141 and err == "", err

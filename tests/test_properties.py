@@ -162,3 +162,122 @@ def test_any_table_loads_exactly_or_is_refused_in_one_line(table, tmp_path_facto
 @given(table=_table())
 def test_any_table_fits_or_is_refused_in_one_line(table, tmp_path_factory):
     _fits_or_refuses(table, tmp_path_factory.mktemp("f"))
+
+
+# ------------------------------------------------------------------ hostile arrays, Python API
+# mostly numbers (so that many examples fit), often hostile ones
+_DTYPES = ("float64", "float32", "int", "float64", "bool", "object", "float64", "object",
+           "complex", "text")
+
+
+def _cast(draw, a: np.ndarray):
+    """``a`` as a drawn dtype, maybe with NaN/inf, None or text dropped in; as an array, a list
+    or (2-D) a DataFrame."""
+    kind = draw(st.sampled_from(_DTYPES))
+    with np.errstate(all="ignore"):  # 1e300 as float32 or int: inf, garbage (what a user may send)
+        a = _as_kind(draw, a, kind)
+        if a.size and kind in ("float32", "float64") and draw(st.integers(0, 3)) == 3:
+            a.flat[draw(st.integers(0, a.size - 1))] = draw(st.sampled_from(
+                [np.nan, np.inf, -np.inf, 1e300]))
+    form = draw(st.sampled_from(["array", "frame", "list"]))
+    if form == "list":
+        return a.tolist()
+    if form == "frame" and a.ndim == 2:
+        return pd.DataFrame(a, columns=[f"c{j}" for j in range(a.shape[1])])
+    return a
+
+
+def _as_kind(draw, a, kind):
+    if kind == "int":
+        a = np.round(a * 10).astype(int)
+    elif kind in ("float32", "float64"):
+        a = a.astype(kind)
+    elif kind == "complex":
+        a = a + 1j * draw(st.sampled_from([0.0, 1.0]))
+    elif kind == "bool":
+        a = a > 0
+    elif kind == "text":
+        a = a.astype(str)
+    else:
+        a = a.astype(object)
+        if a.size and draw(st.integers(0, 2)) == 2:
+            a.flat[draw(st.integers(0, a.size - 1))] = draw(st.sampled_from(
+                [None, "u", 1 + 2j, pd.NA, 10**400, "1.5", b"x"]))
+    return a
+
+
+@st.composite
+def _fit_inputs(draw):
+    n = draw(st.sampled_from([13, 8, 13, 1]))
+    d = draw(st.sampled_from([2, 1, 2, 0]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    x = rng.normal(size=(n, d)) * 10.0 ** draw(st.integers(-3, 3))
+    y = np.sin(x).sum(1) + rng.normal(size=n)
+    shape = draw(st.sampled_from(["ok"] * 5 + ["1-d x", "short y", "2-d y"]))
+    if shape == "1-d x" and d:
+        x = x[:, 0]
+    elif shape == "short y":
+        y = y[:-1]
+    elif shape == "2-d y":
+        y = y[:, None]
+    return _cast(draw, x), _cast(draw, y)
+
+
+def _one_error(e: SSGPError) -> None:
+    assert str(e) and "\n" not in str(e), str(e)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(case=_fit_inputs())
+def test_fit_on_any_arrays_gives_a_posterior_or_one_error(case):
+    """``ssgp_ppl.fit(x=, y=)`` with random shapes and dtypes (int, float32, complex, object,
+    bool, text), NaN/inf and odd objects: a posterior with finite predictions, or one SSGPError
+    (never another exception)."""
+    import ssgp_ppl
+
+    x, y = case
+    try:
+        post = ssgp_ppl.fit("ssgp", x=x, y=y, settings={"m": 2, "ml.steps": 2})
+    except SSGPError as e:
+        _one_error(e)
+        return
+    pred = post.predict(np.tile(post.x_scaler.mean, (2, 1)))
+    assert np.isfinite(pred.mean).all() and (pred.var > 0).all()
+
+
+@pytest.fixture(scope="module")
+def two_input_posterior():
+    import ssgp_ppl
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12, 2))
+    return ssgp_ppl.fit("ssgp", x=pd.DataFrame(x, columns=["c0", "c1"]), y=np.sin(x).sum(1),
+                        settings={"m": 2, "ml.steps": 2})
+
+
+@st.composite
+def _predict_inputs(draw):
+    if draw(st.integers(0, 3)) == 3:
+        odd = draw(st.sampled_from([None, "hello", 3.0, {"c0": 1.0}, b"x", (), np.zeros((2, 2, 2))]))
+        return odd, draw(st.sampled_from([0, 1.5, "a", True, -1]))
+    n = draw(st.sampled_from([3, 1, 3, 0]))
+    d = draw(st.sampled_from([2, 1, 2, 2, 3]))
+    x = np.random.default_rng(draw(st.integers(0, 2**16))).normal(size=(n, d))
+    x = x * 10.0 ** draw(st.sampled_from([0, 0, 0, 20, 40, 300]))
+    return _cast(draw, x), draw(st.sampled_from([0, 7]))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=_predict_inputs())
+def test_predict_on_any_input_gives_finite_predictions_or_one_error(case, two_input_posterior):
+    """``Posterior.predict`` with random shapes, dtypes, NaN/inf, huge values, object and text
+    columns, DataFrames and odd objects (None, text, dicts), odd seeds: finite predictions of
+    the right length, or one SSGPError."""
+    x_new, seed = case
+    try:
+        pred = two_input_posterior.predict(x_new, seed=seed)
+    except SSGPError as e:
+        _one_error(e)
+        return
+    assert len(pred.mean) == len(x_new) and np.isfinite(pred.mean).all() and (pred.var > 0).all()

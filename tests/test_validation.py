@@ -56,6 +56,20 @@ BASE = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = 
         '[inference]\nmethods = ["ml"]\n[model.noise]\nrole = "learned"\n')
 
 
+def _toml_directory(tmp_path):
+    (tmp_path / "entry.toml").mkdir()
+    return str(tmp_path / "entry.toml")
+
+
+def _toml_fifo(tmp_path):
+    import os
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no named pipes here")
+    os.mkfifo(tmp_path / "entry.toml")
+    return str(tmp_path / "entry.toml")
+
+
 def _nan_inputs(tmp_path):
     f = _frame()
     f.loc[[1, 5], "x1"] = np.nan
@@ -144,7 +158,29 @@ CASES = {
                                     "pendulum"], ["latin.toml: not UTF-8 text"]),
     "catalog-impossible-value": (lambda t: [_toml(t, BASE.replace("m = 5", "m = -2")),
                                             "--data", "pendulum"], ["entry.toml", "model.m", ">= 1"]),
+    "catalog-method-twice": (lambda t: [_toml(t, BASE.replace('["ml"]', '["ml", "ml"]')),
+                                        "--data", "pendulum"],
+                             ["entry.toml: inference.methods: 'ml' is listed twice"]),
+    "catalog-methods-unbounded": (lambda t: [_toml(t, BASE.replace('["ml"]', str(["ml"] * 1000))),
+                                             "--data", "pendulum"],
+                                  ["inference.methods: 1000 values, but there are only"]),
+    "catalog-is-a-directory": (lambda t: [_toml_directory(t), "--data", "pendulum"],
+                               ["entry.toml is a directory, not a TOML file"]),
+    "catalog-is-a-fifo": (lambda t: [_toml_fifo(t), "--data", "pendulum"],
+                          ["entry.toml is a FIFO (named pipe), not a TOML file"]),
+    "input-listed-twice": (lambda t: ["ssgp", "--data", _csv(t, _frame()), "--inputs", "x0,x1,x0"],
+                           ["--inputs: column 'x0' is listed twice"]),
+    "noise-init-underflows": (lambda t: ["ssgp", "--data", "pendulum", "--set", "noise.init=1e-300"],
+                              ["model.noise.init: must be >= 1e-06, got 1e-300"]),
 }
+
+
+def test_a_catalog_file_with_a_byte_order_mark_loads(tmp_path):
+    from ssgp_ppl.entry import load_entry
+
+    path = tmp_path / "bom.toml"
+    path.write_bytes(BASE.encode("utf-8-sig"))
+    assert load_entry(path).config["model"]["m"] == 5
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -36,7 +36,7 @@ def get(name: str) -> Method:
     """The method registered as ``name`` (one SSGPError listing the known ones otherwise)."""
     try:
         return REGISTRY[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name (a list)
         raise SSGPError(f"unknown method {name!r}; known: {', '.join(REGISTRY)}") from None
 
 
