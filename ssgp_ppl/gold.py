@@ -305,7 +305,7 @@ def target_potentials(entry, data, handoff=None):
 
 
 def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws: int = 500,
-          is_draws: int = 60_000, name: str | None = None, root: Path | None = None) -> GoldReference:
+          is_draws: int = 180_000, name: str | None = None, root: Path | None = None) -> GoldReference:
     """Validate independent tempered-SMC ``results`` (:class:`~ssgp_ppl.smc.SMCResult`, one a run)
     of ``entry``'s reference target on ``data`` and store them as a gold reference under ``root``
     (default :data:`GOLD_DIR`): the pooled posterior (each run one chain of ``draws`` shuffled
