@@ -23,6 +23,38 @@ import xarray as xr
 from ssgp_ppl.invariants import varies
 
 
+
+def psislw(ll: xr.DataArray, *, r_eff=1.0, dim=("chain", "draw")) -> tuple[xr.DataArray, xr.DataArray]:
+    """(log weights, Pareto k̂) of ``ll.azstats.psislw`` (weights ∝ 1 / exp(ll) over ``dim``),
+    where a row whose tail values are all equal (draws that do not vary in that row, e.g. a
+    chain stuck at one point) gets its plain normalised weights and k̂ = 0: there is no tail to
+    smooth."""
+    import arviz_stats  # noqa: F401  (registers the .azstats accessor)
+
+    try:
+        return ll.azstats.psislw(r_eff=r_eff, dim=list(dim))
+    except ValueError as e:
+        if "tail values are the same" not in str(e):
+            raise
+    from arviz_stats.base import array_stats
+    from scipy.special import logsumexp
+
+    other = [d for d in ll.dims if d not in dim]
+    arr = ll.transpose(*other, *dim)
+    vals = np.asarray(arr, np.float64)
+    flat = vals.reshape(-1, int(np.prod([ll.sizes[d] for d in dim])))
+    out_w, out_k = np.empty_like(flat), np.empty(len(flat))
+    for i, row in enumerate(flat):
+        try:
+            w, k = array_stats.psislw(row, r_eff=float(np.mean(r_eff)))
+        except ValueError:
+            w, k = -row - logsumexp(-row), 0.0
+        out_w[i], out_k[i] = w, k
+    log_w = xr.DataArray(out_w.reshape(vals.shape), dims=arr.dims, coords=arr.coords)
+    k = xr.DataArray(out_k.reshape(vals.shape[:len(other)]), dims=other,
+                     coords={d: arr.coords[d] for d in other if d in arr.coords})
+    return log_w.transpose(*ll.dims), k
+
 def has_loo(dt: xr.DataTree) -> bool:
     """A pointwise log-likelihood exists (s sampled) over enough draws for PSIS (≥ 25: its Pareto
     tail needs 5)."""
@@ -64,7 +96,7 @@ def vi_loo_weights(dt: xr.DataTree) -> xr.Dataset:
     lp, lq = dt["sample_stats"]["lp"], dt["sample_stats"]["log_q"]
     with warnings.catch_warnings():  # k̂ warnings: the caller reports k̂
         warnings.simplefilter("ignore", UserWarning)
-        log_w, k = (ll - (lp - lq)).azstats.psislw(dim=["chain", "draw"])
+        log_w, k = psislw(ll - (lp - lq))
     return xr.Dataset({"y": log_w, "pareto_k": k})
 
 
@@ -96,7 +128,7 @@ def loo_summary(dt: xr.DataTree) -> tuple[dict, np.ndarray] | None:
         else:
             reff = _relative_ess(dt)
             elpd = loo(dt, pointwise=True, reff=reff)
-            log_w, k = ll.azstats.psislw(r_eff=reff, dim=["chain", "draw"])
+            log_w, k = psislw(ll, r_eff=reff)
         pit = loo_pit(dt, var_names="y", log_weights=xr.Dataset({"y": log_w}),
                       pareto_k=xr.Dataset({"y": k}))
     k = np.asarray(elpd.pareto_k)
@@ -123,7 +155,7 @@ def chain_loo(dt: xr.DataTree) -> list[float] | None:
         one = ll.isel(chain=[c])
         with warnings.catch_warnings():  # k̂ warnings: the LOO table reports k̂
             warnings.simplefilter("ignore", UserWarning)
-            log_w, _ = one.azstats.psislw(dim=["chain", "draw"])
+            log_w, _ = psislw(one)
         w = np.asarray(log_w.transpose(*one.dims)).reshape(one.sizes["draw"], -1)
         v = np.asarray(one).reshape(one.sizes["draw"], -1)
         w = w - logsumexp(w, axis=0)

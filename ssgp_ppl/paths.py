@@ -36,6 +36,7 @@ from numpyro.infer import Predictive
 from numpyro.infer.util import log_density
 from scipy.special import logsumexp
 
+from ssgp_ppl.calibration import psislw
 from ssgp_ppl.datatree import by_chain
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.posterior import Handoff, Posterior
@@ -140,7 +141,7 @@ def path_loo(post: Posterior, data) -> PathLOO:
     ll = xr.DataArray(lp[None], dims=("chain", "draw", "row"))
     with warnings.catch_warnings():  # k̂ warnings: k̂ is returned to the caller
         warnings.simplefilter("ignore", UserWarning)
-        log_w, k = ll.azstats.psislw(dim=["chain", "draw"])  # smooths the ratios 1 / p(yᵢ | ·)
+        log_w, k = psislw(ll)  # smooths the ratios 1 / p(yᵢ | ·)
     log_w = np.asarray(log_w.transpose("chain", "draw", "row"))[0]
     log_w = log_w - logsumexp(log_w, axis=0)
     return PathLOO(logsumexp(log_w + lp, axis=0), np.asarray(k))
