@@ -221,7 +221,7 @@ def gold_references() -> str:
         if "hours_needed" in v:
             state += (f"; ~{v['particles_needed']:,} particles a run needed (~{v['hours_needed']:.1f} "
                       "h here)" + (", **not attainable on this hardware**"
-                                   if v["hours_needed"] > gold.ATTAINABLE_HOURS else ""))
+                                   if not gold.attainable(v) else ""))
         out.append(
             f"| `{p['entry']}` | {p['dataset']} | {p['runs']} × {p['settings']['particles']} | "
             f"{p['wall_seconds'] / 60:.0f} | {v['log_evidence_mean']:.2f} ± "

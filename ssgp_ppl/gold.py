@@ -143,7 +143,7 @@ class GoldReference:
         """'gold reference (CONVERGED; 4 runs, computed 2026-11-25, 41 min)'."""
         p = self.provenance
         state = "CONVERGED" if self.converged else "NOT CONVERGED"
-        if self.verdict.get("hours_needed", 0) > ATTAINABLE_HOURS:
+        if not attainable(self.verdict):
             state += ", not attainable on this hardware"
         return (f"gold reference ({state}; {p['runs']} runs, computed {p['computed'][:10]}, "
                 f"{p['wall_seconds'] / 60:.0f} min)")
@@ -261,6 +261,12 @@ def budget_needed(log_evidence_sd: float, particles: int, seconds: float) -> tup
     Jasra 2006) and the cost grows as N."""
     needed = int(np.ceil(particles * (log_evidence_sd / LOG_Z_SD_MAX) ** 2))
     return needed, seconds / 3600 * needed / particles
+
+
+def attainable(v: dict) -> bool:
+    """False where verdict ``v`` says its runs would need more than :data:`ATTAINABLE_HOURS` of
+    the machine that computed them (:func:`budget_needed`)."""
+    return not v.get("hours_needed", 0) > ATTAINABLE_HOURS
 
 
 def criteria_text() -> str:

@@ -614,7 +614,7 @@ def _gold_html(d: dict) -> list[str]:
                    "run would be needed" + ("" if hours is None else
                                            f" (about {hours:.1f} hours of the machine that "
                                            "computed it)"))
-        if hours is not None and hours > gold.ATTAINABLE_HOURS:
+        if not gold.attainable(d):
             status += (f": not attainable on this hardware (more than {gold.ATTAINABLE_HOURS:g} "
                        "hours)")
         status += ("; the comparison below is against the spread of its runs pooled with "

@@ -232,7 +232,9 @@ def test_budget_needed_and_the_unattainable_label(tmp_path):
     prov = {"runs": 4, "computed": "2026-11-25T00:00:00", "wall_seconds": 3600.0,
             "verdict": {"converged": False, "hours_needed": 4.0}}
     assert "not attainable" not in gold.GoldReference(tmp_path, prov).label()
+    assert gold.attainable(prov["verdict"])
     prov["verdict"]["hours_needed"] = gold.ATTAINABLE_HOURS + 1
+    assert not gold.attainable(prov["verdict"])
     assert gold.GoldReference(tmp_path, prov).label().startswith(
         "gold reference (NOT CONVERGED, not attainable on this hardware; 4 runs")
 
