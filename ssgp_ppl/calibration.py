@@ -23,8 +23,7 @@ import xarray as xr
 from ssgp_ppl.invariants import varies
 
 
-
-def psislw(ll: xr.DataArray, *, r_eff=1.0, dim=("chain", "draw")) -> tuple[xr.DataArray, xr.DataArray]:
+def psislw(ll: xr.DataArray, *, r_eff: float = 1.0, dim=("chain", "draw")) -> tuple[xr.DataArray, xr.DataArray]:
     """(log weights, Pareto k̂) of ``ll.azstats.psislw`` (weights ∝ 1 / exp(ll) over ``dim``),
     where a row whose tail values are all equal (draws that do not vary in that row, e.g. a
     chain stuck at one point) gets its plain normalised weights and k̂ = 0: there is no tail to
@@ -46,7 +45,7 @@ def psislw(ll: xr.DataArray, *, r_eff=1.0, dim=("chain", "draw")) -> tuple[xr.Da
     out_w, out_k = np.empty_like(flat), np.empty(len(flat))
     for i, row in enumerate(flat):
         try:
-            w, k = array_stats.psislw(row, r_eff=float(np.mean(r_eff)))
+            w, k = array_stats.psislw(row, r_eff=r_eff)
         except ValueError:
             w, k = -row - logsumexp(-row), 0.0
         out_w[i], out_k[i] = w, k

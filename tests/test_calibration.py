@@ -83,3 +83,21 @@ def test_nuts_health():
     np.testing.assert_allclose(good["bfmi"], 2.0, atol=0.3)
     bad = calibration.nuts_health(_nuts_tree(shift=0.5))
     assert not bad["converged"] and bad["rhat_max"]["noise"] > 1.1
+
+
+def test_psislw_of_a_row_whose_draws_do_not_vary():
+    """A row with one value in every draw (a stuck chain) has no tail: plain uniform weights and
+    k̂ = 0; the other rows get arviz_stats' smoothed weights and k̂ unchanged."""
+    import arviz_stats  # noqa: F401  (registers the .azstats accessor)
+    import xarray as xr
+
+    rng = np.random.default_rng(0)
+    ll = xr.DataArray(rng.normal(size=(1, 300, 3)), dims=("chain", "draw", "row"))
+    want_w, want_k = ll.isel(row=[0, 2]).azstats.psislw(dim=["chain", "draw"])
+    ll[..., 1] = -2.5
+    log_w, k = calibration.psislw(ll)
+    assert log_w.dims == ll.dims and k.dims == ("row",)
+    np.testing.assert_allclose(np.exp(log_w.isel(row=1)), 1 / 300, rtol=1e-12)
+    assert float(k.isel(row=1)) == 0.0
+    np.testing.assert_allclose(log_w.isel(row=[0, 2]), want_w.transpose(*log_w.dims), rtol=1e-10)
+    np.testing.assert_allclose(k.isel(row=[0, 2]), want_k, rtol=1e-10)
