@@ -30,8 +30,11 @@ PATHS = 4  # K of the stacked VI
 QUANTITIES = ("noise", "signal", "frequency_spread", "f_test")
 
 
-def _vi_row(rec: dict) -> dict:
-    row = {k: rec[k] for k in ("nmse", "mnlp", "coverage_90", "steps", "converged")}
+def _vi_row(rec: dict, *, stacked: bool = False) -> dict:
+    """A VI fit's scores; a stacked fit's converged / stop speak for every path (its ``steps``
+    would be one path's, so it is left out)."""
+    keep = ("nmse", "mnlp", "coverage_90", "converged") + (() if stacked else ("steps",))
+    row = {k: rec[k] for k in keep}
     row["stop"] = rec.get("stop")
     vs = rec.get("vs_reference", {})
     row["w1_scaled"] = {q: {"value": vs[q]["w1_scaled"], "floor": vs[q].get("w1_scaled_floor")}
@@ -66,7 +69,7 @@ def run_one(g, *, paths: int, seed: int = 0) -> dict:
     by = {r["method"]: r for r in records}
     out["single"] = _vi_row(by.get(f"{method}-one-path", by[method]))
     if f"{method}-one-path" in by:
-        out["stacked"] = _vi_row(by[method]) | {"weights": by[method]["paths"]["weights"]
+        out["stacked"] = _vi_row(by[method], stacked=True) | {"weights": by[method]["paths"]["weights"]
                                                 if "paths" in by[method] else None}
     return out
 

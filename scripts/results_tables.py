@@ -279,12 +279,15 @@ def vi_vs_gold() -> str:
                 continue
             v = r[kind]
             label = "VI, one path" if kind == "single" else f"VI, {r['paths']} paths stacked"
-            stop = "converged" if v["converged"] else "step budget"
+            if kind == "single":
+                stop = f"{'converged' if v['converged'] else 'step budget'} at {v['steps']:,}"
+            else:  # every path converged, or one stopped by its step budget
+                stop = "every path converged" if v["converged"] else "a path at the step budget"
             w1 = [f"{v['w1_scaled'][q]['value']:.2f} / {v['w1_scaled'][q]['floor']:.2f}"
                   if q in v["w1_scaled"] and v["w1_scaled"][q]["floor"] is not None else "–"
                   for q in ("noise", "signal", "frequency_spread", "f_test")]
             out.append(f"| | | {label} | {v['nmse']:.4f} | {v['mnlp']:.3f} | "
-                       f"{v['coverage_90']:.3f} | {stop} at {v['steps']} | " + " | ".join(w1) + " |")
+                       f"{v['coverage_90']:.3f} | {stop} | " + " | ".join(w1) + " |")
     return "\n".join(out)
 
 
