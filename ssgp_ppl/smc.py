@@ -18,7 +18,7 @@ are joined, and the particles follow them as β grows, keeping their posterior m
 
 The model's potential comes from :func:`numpyro.infer.util.initialize_model`, so any NumPyro
 model (with its reparameterisations) is a target; the prior part is the same model with its
-observed sites hidden.
+observed sites hidden, plus the log Jacobian of each constrained site's transform.
 """
 
 from __future__ import annotations
