@@ -26,14 +26,14 @@ from pathlib import Path
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, before numpy
 
-from ssgp_ppl import gold, methods  # noqa: E402
+from ssgp_ppl import methods  # noqa: E402
 from ssgp_ppl.calibration import reference_health  # noqa: E402
 from ssgp_ppl.datasets import load  # noqa: E402
 from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
 from ssgp_ppl.io import write_json  # noqa: E402
 from ssgp_ppl.paths import combine, split_chains  # noqa: E402
 from ssgp_ppl.pipeline import evaluate, fit, prerequisites  # noqa: E402
-from ssgp_ppl.report import small  # noqa: E402
+from ssgp_ppl.report import reference_fit, small  # noqa: E402
 
 KEEP = ("nmse", "mnlp", "coverage_90")
 PATHS = {"svi": 8, "ncvmp": 10}  # K of the stacked form of each VI method
@@ -62,16 +62,11 @@ def run_one(name: str, dataset: str, *, quick: bool, sets: list[str], vi: bool =
            "settings": sets}
     ref = methods.reference()
     handoff = prerequisites(entry, data, ref, progress=False)
-    g = None if quick else gold.find(entry, data, handoff)
     t0 = time.perf_counter()
-    if g is not None:  # the stored gold reference of this target: no SMC here
-        post = evaluate(g.posterior(), data)
-        h = g.verdict
-        ref_seconds = g.provenance["wall_seconds"]
-    else:
-        post = fit(entry, data, ref.name, progress=False, inputs=handoff)
-        h = reference_health(post.datatree, post.info)
-        ref_seconds = time.perf_counter() - t0
+    # the stored gold reference of this target where there is one (no SMC here), else fitted
+    post, g = reference_fit(entry, data, ref.name, handoff=handoff, fresh=quick)
+    h = g.verdict if g is not None else reference_health(post.datatree, post.info)
+    ref_seconds = g.provenance["wall_seconds"] if g is not None else time.perf_counter() - t0
     rec["reference"] = scores(post, ref_seconds) | {
         k: h.get(k) for k in ("converged", "reasons", "modes", "mode_weights", "log_evidence",
                               "runs_rhat", "log_density_spread", "divergences")} | {

@@ -369,7 +369,8 @@ def _gold_record(g) -> dict:
     return d
 
 
-def _reference_fit(entry, data, method, *, seed, progress, handoff, fresh, gold_root):
+def reference_fit(entry, data, method, *, seed=0, progress=False, handoff=None, fresh=False,
+                  gold_root=None):
     """(posterior, gold): the stored gold reference matching this comparison's target unless
     ``fresh`` (:func:`ssgp_ppl.gold.find`), else the reference fitted on the fly."""
     g = None if fresh else gold.find(entry, data, handoff, root=gold_root)
@@ -539,7 +540,7 @@ def _compare_in(entry, data, stage: Path, state: dict, *, seed, progress, fresh_
         else:
             g = None
             if is_ref:
-                res, g = _reference_fit(entry, data, method, seed=seed, progress=progress,
+                res, g = reference_fit(entry, data, method, seed=seed, progress=progress,
                                         handoff=handoff, fresh=fresh_reference, gold_root=gold_root)
             else:
                 res = fit(entry, data, method, seed=seed, progress=progress, inputs=handoff)
