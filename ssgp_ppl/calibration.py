@@ -23,7 +23,8 @@ import xarray as xr
 from ssgp_ppl.invariants import varies
 
 
-def psislw(ll: xr.DataArray, *, r_eff: float = 1.0, dim=("chain", "draw")) -> tuple[xr.DataArray, xr.DataArray]:
+def psislw(ll: xr.DataArray, *, r_eff: float = 1.0,
+           dim=("chain", "draw")) -> tuple[xr.DataArray, xr.DataArray]:
     """(log weights, Pareto k̂) of ``ll.azstats.psislw`` (weights ∝ 1 / exp(ll) over ``dim``),
     where a row whose tail values are all equal (draws that do not vary in that row, e.g. a
     chain stuck at one point) gets its plain normalised weights and k̂ = 0: there is no tail to

@@ -466,24 +466,15 @@ def _stop_on_signals():
     process inherited as ignored (``nohup``) stays ignored. The previous handlers are restored."""
     import signal
 
-    previous = {}
+    from ssgp_ppl import signals
 
     def stop(num, frame):
         for k, v in previous.items():
             signal.signal(k, v)
         raise _Stopped(signal.Signals(num).name)
 
-    for name in ("SIGTERM", "SIGHUP"):
-        num = getattr(signal, name, None)
-        if num is None or signal.getsignal(num) is signal.SIG_IGN:
-            continue
-        previous[num] = signal.getsignal(num) or signal.SIG_DFL
-        signal.signal(num, stop)
-    try:
+    with signals.handled(("SIGTERM", "SIGHUP"), stop) as previous:
         yield
-    finally:
-        for k, v in previous.items():
-            signal.signal(k, v)
 
 
 def cmd_compare(args) -> int:

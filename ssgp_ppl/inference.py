@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -27,7 +26,7 @@ from numpyro.infer.reparam import LocScaleReparam
 from tqdm.auto import tqdm
 
 from ssgp_ppl import checkpoint as ckpt_io
-from ssgp_ppl import sharding
+from ssgp_ppl import sharding, signals
 from ssgp_ppl.errors import SSGPError
 
 
@@ -194,9 +193,9 @@ class _Convergence:
         return bool(self.trend.bound <= self.tolerance)
 
 
-# the signals a checkpointed run stops on gracefully (finish the chunk, save, return what there
-# is): Ctrl-C, a scheduler's / container's / `timeout`'s SIGTERM, a closed terminal's SIGHUP
-STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+# a checkpointed run stops gracefully (finish the chunk, save, return what there is) on
+# signals.STOP_SIGNALS: Ctrl-C, a scheduler's / container's / `timeout`'s SIGTERM, a closed
+# terminal's SIGHUP
 HANDLE_IGNORED_SIGINT = "SSGP_PPL_HANDLE_SIGINT"  # =1: handle SIGINT even when inherited ignored
 
 
@@ -208,32 +207,19 @@ def _graceful_sigint(enabled: bool):
     inherited as ignored stays ignored (``nohup``; a job started with ``&`` ignores SIGINT) unless
     ``SSGP_PPL_HANDLE_SIGINT=1`` asks for SIGINT. The previous handlers are restored."""
     stop = {"requested": False, "signal": None}
-    previous_handlers, second = {}, {}
-    if enabled and threading.current_thread() is threading.main_thread():
-        for name in STOP_SIGNALS:
-            signum = getattr(signal, name, None)
-            if signum is None:  # not on this platform
-                continue
-            previous = signal.getsignal(signum)
-            if previous is signal.SIG_IGN and not (
-                    name == "SIGINT" and os.environ.get(HANDLE_IGNORED_SIGINT) == "1"):
-                continue
-            previous_handlers[signum] = previous if previous is not None else signal.SIG_DFL
-            second[signum] = signal.default_int_handler if previous is signal.SIG_IGN \
-                else previous_handlers[signum]
 
-            def on_signal(num, frame):  # finish the chunk, save, return what there is
-                stop["requested"] = True
-                stop["signal"] = signal.Signals(num).name
-                for k, v in second.items():
-                    signal.signal(k, v)
+    def on_signal(num, frame):  # finish the chunk, save, return what there is
+        stop["requested"] = True
+        stop["signal"] = signal.Signals(num).name
+        for k, v in previous.items():  # a second signal acts at once
+            signal.signal(k, signal.default_int_handler if v is signal.SIG_IGN else v)
 
-            signal.signal(signum, on_signal)
-    try:
+    def keep_ignored(name):
+        return not (name == "SIGINT" and os.environ.get(HANDLE_IGNORED_SIGINT) == "1")
+
+    with signals.handled(signals.STOP_SIGNALS if enabled else (), on_signal,
+                         keep_ignored) as previous:
         yield stop
-    finally:
-        for k, v in previous_handlers.items():
-            signal.signal(k, v)
 
 
 def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=None,

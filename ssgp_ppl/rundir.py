@@ -12,10 +12,10 @@ import json
 import os
 import shutil
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ssgp_ppl import signals
 from ssgp_ppl.errors import SSGPError
 
 LOCK = ".ssgp-ppl.lock"
@@ -140,17 +140,10 @@ def publish(out: Path, staging: Path, names: list[str]) -> None:
 def _signals_deferred() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP held back until the block ends (then the first one is raised
     again); a signal ignored here stays ignored. Only in the main thread, where handlers run."""
-    previous, pending = {}, []
-    if threading.current_thread() is threading.main_thread():
-        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-            num = getattr(signal, name, None)
-            if num is None or signal.getsignal(num) in (signal.SIG_IGN, None):
-                continue
-            previous[num] = signal.signal(num, lambda n, frame: pending.append(n))
+    pending = []
     try:
-        yield
+        with signals.handled(signals.STOP_SIGNALS, lambda num, frame: pending.append(num)):
+            yield
     finally:
-        for num, handler in previous.items():
-            signal.signal(num, handler)
         if pending:
             signal.raise_signal(pending[0])
