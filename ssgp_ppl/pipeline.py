@@ -121,8 +121,8 @@ def check_precision(post: Posterior, data: Dataset) -> Posterior:
     config = post.entry.config
     factors = config["model"]["nuisance"] == "marginalized" or (
         config["predictive"]["rule"] == "marginal" and not post.rule.closed_form)
-    res = resolution(data.x_train, sites["frequencies"], per_draw("signal"), per_draw("noise"),
-                     jitter=factors)
+    res = resolution(data.x_train, np.asarray(data.y_train) - post.y_centre, sites["frequencies"],
+                     per_draw("signal"), per_draw("noise"), jitter=factors)
     y_scale = float(np.ravel(data.y_scaler.scale)[0])
     return post.replace(info=dataclasses.replace(
         post.info, precision=res.text(y_scale), noise_floor=res.noise_floor * y_scale,

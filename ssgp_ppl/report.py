@@ -737,8 +737,9 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
                  for row, r in zip(rows, records, strict=True) if "precision" in r]
     if precision:
         parts += ["<h2>Numerical precision</h2>",
-                  "<p>Fits the working precision cannot resolve: the learned noise at or below "
-                  "its resolution floor for the fit's signal and features, or jitter added to the "
+                  "<p>Fits the working precision cannot resolve: the learned noise held up by "
+                  "its resolution floor for the fit's signal and features (float64 puts it lower "
+                  "at the same values), or jitter added to the "
                   "Cholesky factor of A = ΦᵀΦ + (mσ<sub>n</sub>²/σ<sub>s</sub>²)I at the fitted "
                   "values (<code>ssgp_ppl.linalg.resolution</code>). Their noise and intervals are "
                   "not float64's; refit with <code>--x64</code>.</p>",
