@@ -505,7 +505,7 @@ def cmd_compare(args) -> int:
 
     out = None
     try:
-        with _stop_on_signals():
+        with _stop_on_signals(), _precision_warnings() as precision:
             entry = _entry(args)
             data = _load_data(args, entry)
             entry = budget(entry, data.n_train, steps=args.steps, samples=args.samples,
@@ -535,6 +535,8 @@ def cmd_compare(args) -> int:
              f"{'converged' if r['reference']['converged'] else 'NOT CONVERGED'})"}
             if "reference" in r else r for r in records]
     _print_table(rows, _columns(rows))
+    for text in precision:
+        print(f"ssgp-ppl: warning: {text}", file=sys.stderr)
     for r in records:
         if "reference" in r and not r["reference"]["converged"]:
             print(f"reference NOT CONVERGED: {'; '.join(r['reference']['reasons'])}",

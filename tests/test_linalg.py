@@ -230,3 +230,28 @@ def test_gram_summed_over_blocks_of_rows_is_the_one_product(x64, monkeypatch):
     monkeypatch.setattr(linalg, "GRAM_VALUES", 12 * 97)  # 97 rows a block, the last one short
     np.testing.assert_allclose(np.asarray(linalg.gram(jnp.asarray(x), jnp.asarray(freqs))),
                                phi.T @ phi, rtol=1e-12, atol=1e-9)
+
+
+def test_float32_marginal_likelihood_never_exceeds_float64_as_the_noise_vanishes():
+    """Near-interpolating data (y = sin 2x + N(0, 1e-4²), a frequency giving sin 2x exactly): from
+    σ_n = 0.1 down to 1e-18 the float32 collapsed marginal likelihood stays at or below the
+    float64 one: its quadratic form is a residual norm, so the type-II objective has no float32
+    path to +∞."""
+    x, y = _sine(500, 1e-4)
+    freqs = np.array([[1 / np.pi], [0.2], [0.45], [0.05], [0.7]])
+    noises = 10.0 ** -np.arange(1, 19)
+
+    def values(dtype):
+        phi = spectral.features(jnp.asarray(x, dtype), jnp.asarray(freqs, dtype))
+        return np.array([float(marginal_log_likelihood(phi, jnp.asarray(y, dtype), 0.8, s))
+                         for s in noises])
+
+    previous = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", True)
+    try:
+        ref = values(np.float64)
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+    got = values(np.float32)
+    assert not np.isnan(got).any() and np.isfinite(ref).all()
+    assert (got <= ref + 1e-4 * np.abs(ref) + 1.0).all(), np.column_stack([noises, got, ref])
