@@ -450,17 +450,17 @@ def _precision_warnings():
     from ssgp_ppl.errors import PrecisionWarning
 
     texts: list[str] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PrecisionWarning)
-        try:
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PrecisionWarning)
             yield texts
-        finally:
-            for w in caught:
-                if issubclass(w.category, PrecisionWarning):
-                    if str(w.message) not in texts:
-                        texts.append(str(w.message))
-                else:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    finally:  # outside the recording: shown there, a warning would be recorded again
+        for w in caught:
+            if issubclass(w.category, PrecisionWarning):
+                if str(w.message) not in texts:
+                    texts.append(str(w.message))
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 class _Stopped(KeyboardInterrupt):

@@ -63,6 +63,24 @@ def test_fit_prints_the_precision_warning_once(tmp_path):
     assert rec["precision"] in lines[0] and rec["noise_floor"] > 0 and rec["jitter"] == 0.0
 
 
+def test_precision_warnings_are_collected_once_and_other_warnings_shown():
+    """The CLI's collector: each PrecisionWarning text once, in order; another warning shown once
+    after the block (shown inside the recording it would be recorded again, forever)."""
+    import warnings
+
+    from ssgp_ppl.cli import _precision_warnings
+    from ssgp_ppl.errors import PrecisionWarning
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with _precision_warnings() as texts:
+            for text in ("a", "b", "a"):
+                warnings.warn(text, PrecisionWarning, stacklevel=1)
+            warnings.warn("overflow somewhere", RuntimeWarning, stacklevel=1)
+    assert texts == ["a", "b"]
+    assert [(w.category, str(w.message)) for w in shown] == [(RuntimeWarning, "overflow somewhere")]
+
+
 def test_models_json():
     r = run("models", "--json")
     assert r.returncode == 0, r.stderr
