@@ -107,7 +107,7 @@ def _smooth(n: int, d: int, noise: float, seed: int = 0):
 def test_ssgp_svi_on_near_interpolating_data_stays_finite_and_calibrated():
     """ssgp_svi (m = 50, one path, Adam at 0.05) on 500 rows of a smooth function of 3 inputs with
     noise sd 1e-2, float32: q concentrates (the condition number of its Cholesky factor passes
-    1e9), and a guide density read back from the rounded draw ran the loss to −8.7e34 and NaN at
+    1e9), and a guide density read back from the rounded draw runs the loss to −8.7e34 and NaN at
     step 92. The 400 steps end finite, the test NMSE is the noise's, and the 90% intervals cover
     about 90%."""
     x, y = _smooth(500, 3, 1e-2)
