@@ -427,7 +427,7 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
         cluster = client(None if args.dask == "local" else args.dask, workers=args.dask_workers or 2)
     else:
         cluster = contextlib.nullcontext()
-    with cluster as dask_client:
+    with cluster as dask_client, _precision_warnings() as precision:
         res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress,
                   checkpoint=checkpoint, client=dask_client, force=args.force)
     record = metrics_record(res, data)
@@ -443,12 +443,37 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
     _print_table([record], _columns([record]))
     if "stop" in record:
         print(f"{method}: {record['stop']}")
+    for text in precision:
+        print(f"ssgp-ppl: warning: {text}", file=sys.stderr)
     print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)
     if res.info.interrupted:
         print(f"ssgp-ppl: stopped by {name} at step {res.info.steps}; checkpoint and metrics so "
               f"far written; continue with: ssgp-ppl fit --resume {out}", file=sys.stderr)
         return stopped
     return 0
+
+
+@contextlib.contextmanager
+def _precision_warnings():
+    """Collects the fit's :class:`~ssgp_ppl.errors.PrecisionWarning` texts (each once, in order)
+    into the yielded list, for one line each after the table; other warnings are shown as
+    usual."""
+    import warnings
+
+    from ssgp_ppl.errors import PrecisionWarning
+
+    texts: list[str] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PrecisionWarning)
+            yield texts
+    finally:  # outside the recording: shown there, a warning would be recorded again
+        for w in caught:
+            if issubclass(w.category, PrecisionWarning):
+                if str(w.message) not in texts:
+                    texts.append(str(w.message))
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 class _Stopped(KeyboardInterrupt):
@@ -484,7 +509,7 @@ def cmd_compare(args) -> int:
 
     out = None
     try:
-        with _stop_on_signals():
+        with _stop_on_signals(), _precision_warnings() as precision:
             entry = _entry(args)
             data = _load_data(args, entry)
             entry = budget(entry, data.n_train, steps=args.steps, samples=args.samples,
@@ -514,6 +539,8 @@ def cmd_compare(args) -> int:
              f"{'converged' if r['reference']['converged'] else 'NOT CONVERGED'})"}
             if "reference" in r else r for r in records]
     _print_table(rows, _columns(rows))
+    for text in precision:
+        print(f"ssgp-ppl: warning: {text}", file=sys.stderr)
     for r in records:
         if "reference" in r and not r["reference"]["converged"]:
             print(f"reference NOT CONVERGED: {'; '.join(r['reference']['reasons'])}",

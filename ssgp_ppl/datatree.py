@@ -153,6 +153,16 @@ def stop_attrs(info) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def precision_attrs(info) -> dict:
+    """The fit against its working precision as root attributes, where it warns: ``precision``
+    (:class:`ssgp_ppl.linalg.Resolution` in words), ``noise_floor`` (target units) and ``jitter``
+    (× mean diag A)."""
+    if info.precision is None:
+        return {}
+    out = {"precision": info.precision, "noise_floor": info.noise_floor, "jitter": info.jitter}
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def label_units(dt: xr.DataTree) -> xr.DataTree:
     """Each group's ``units`` attribute (:data:`UNITS`), in place; returns ``dt``."""
     for name, text in UNITS.items():

@@ -26,6 +26,12 @@ class SSGPError(ValueError):
     """
 
 
+class PrecisionWarning(UserWarning):
+    """A fit the working precision cannot resolve (:func:`ssgp_ppl.linalg.resolution`): its
+    noise at float32's resolution floor, or jitter added to its Cholesky factor; one line, ending
+    with the advice to refit with ``--x64``."""
+
+
 class CatalogWarning(UserWarning):
     """A user catalog file that is not an entry (it does not validate, or its name is taken):
     ``ssgp_ppl.catalog()`` and ``ssgp-ppl models`` skip it with this warning; using it is an error."""

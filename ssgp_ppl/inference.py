@@ -445,7 +445,8 @@ def guide_draws(guide: Callable, params: dict, x, y, *, num_samples: int, seed: 
 def guide_draws_with_density(model: Callable, guide: Callable, params: dict, x, y, *,
                               num_samples: int, seed: int = 1, densities: bool = True):
     """Draws of the guide's latent sites with log q (the guide's density of the constrained site
-    values, auxiliary variables and Delta Jacobians included, as Trace_ELBO uses it) and log p (the
+    values, auxiliary variables and Delta Jacobians included, from the sampler's intermediates where
+    it keeps them, as Trace_ELBO uses it) and log p (the
     model's joint log density on the full data ``x, y``) per draw, for PSIS-corrected LOO
     (``arviz_stats.loo_approximate_posterior``). Returns (draws, log_p, log_q); the densities are
     None when ``densities`` is False. Draws are made one at a time (``lax.map``): memory O(n m).
@@ -459,7 +460,8 @@ def guide_draws_with_density(model: Callable, guide: Callable, params: dict, x, 
         draw = {k: v["value"] for k, v in sites.items() if not v["infer"].get("is_auxiliary")}
         if not densities:
             return draw, jnp.zeros(()), jnp.zeros(())
-        log_q = sum(jnp.sum(v["fn"].log_prob(v["value"])) for v in sites.values())
+        log_q = sum(jnp.sum(v["fn"].log_prob(v["value"], v["intermediates"]) if v["intermediates"]
+                            else v["fn"].log_prob(v["value"])) for v in sites.values())
         log_p, _ = log_density(model, (x, y), {}, {**params, **draw})
         return draw, log_p, log_q
 

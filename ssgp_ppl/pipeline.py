@@ -12,6 +12,7 @@ import dataclasses
 import json
 import sys
 import time
+import warnings
 
 import jax
 import numpy as np
@@ -23,8 +24,8 @@ from ssgp_ppl.calibration import is_vi, vi_loo_weights
 from ssgp_ppl.checkpoint import Checkpoint, run_fingerprint
 from ssgp_ppl.datasets import Dataset, check_scaled_range
 from ssgp_ppl.entry import CatalogEntry
-from ssgp_ppl.errors import SSGPError, check_seed
-from ssgp_ppl.linalg import check_finite
+from ssgp_ppl.errors import PrecisionWarning, SSGPError, check_seed
+from ssgp_ppl.linalg import check_finite, resolution
 from ssgp_ppl.metrics import likelihood_metrics, regression_metrics
 from ssgp_ppl.posterior import Handoff, Posterior, stop_text
 from ssgp_ppl.predictive import check_test_inputs
@@ -92,8 +93,41 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
     else:
         post = m.run(entry, data, seed=seed, steps=steps, progress=progress, inputs=inputs,
                      checkpoint=checkpoint, client=client)
-    post = post.replace(feature_names=data.feature_names, encoding=data.encoding)
+    post = check_precision(post.replace(feature_names=data.feature_names, encoding=data.encoding),
+                           data)
+    if post.info.precision is not None:
+        warnings.warn(f"{entry.name}:{m.name}: {post.info.precision}", PrecisionWarning,
+                      stacklevel=2)
     return evaluate(post, data, seed=seed, client=client, progress=progress)
+
+
+def check_precision(post: Posterior, data: Dataset) -> Posterior:
+    """``post`` with FitInfo's ``precision``, ``noise_floor`` and ``jitter``
+    (:func:`ssgp_ppl.linalg.resolution` on the training inputs) where it is Gaussian SSGP
+    regression with frequencies per draw; the jitter is checked where the fit factors A (s
+    integrated out, or the marginal predictive)."""
+    sites = post.flat_sites
+    if post.entry.lik.name != "gaussian" or "frequencies" not in sites:
+        return post
+    count = len(sites["frequencies"])
+    spec = None
+
+    def per_draw(name):
+        nonlocal spec
+        if name in sites:
+            return sites[name]
+        spec = spec or post.entry.spec(data.n_features)
+        return np.full(count, float(getattr(spec, name).value))
+
+    config = post.entry.config
+    factors = config["model"]["nuisance"] == "marginalized" or (
+        config["predictive"]["rule"] == "marginal" and not post.rule.closed_form)
+    res = resolution(data.x_train, np.asarray(data.y_train) - post.y_centre, sites["frequencies"],
+                     per_draw("signal"), per_draw("noise"), jitter=factors)
+    y_scale = float(np.ravel(data.y_scaler.scale)[0])
+    return post.replace(info=dataclasses.replace(
+        post.info, precision=res.text(y_scale), noise_floor=res.noise_floor * y_scale,
+        jitter=res.jitter if factors else None))
 
 
 def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
@@ -160,6 +194,7 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
     info = dataclasses.replace(post.info, fit_seconds=fit_seconds, predict_seconds=predict_seconds,
                                loo_seconds=post.info.loo_seconds + loo_seconds)
     dt.attrs.update(datatree.stop_attrs(info))
+    dt.attrs.update(datatree.precision_attrs(info))
     return post.replace(test=pred, metrics=metrics, datatree=dt, info=info)
 
 
@@ -189,7 +224,10 @@ def metrics_record(post: Posterior, data: Dataset) -> dict:
     optional = {"objective": info.objective, "beta": info.beta, "steps": info.steps,
                 "converged": info.converged, "improvement_per_1k": info.improvement,
                 "improvement_se": info.improvement_se, "tolerance_per_1k": info.tolerance,
-                "stop": stop_text(info), "interrupted": info.interrupted}
+                "stop": stop_text(info), "interrupted": info.interrupted,
+                "precision": info.precision}
+    if info.precision is not None:  # what the warning is about, in numbers
+        optional.update(noise_floor=info.noise_floor, jitter=info.jitter)
     return {"model": post.model, "method": post.method, "dataset": post.dataset,
             "n_train": data.n_train, "n_test": data.n_test,
             **{k: float(v) for k, v in post.metrics.items()},

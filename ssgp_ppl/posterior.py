@@ -92,6 +92,9 @@ class FitInfo:
     path_pareto_k_bad: tuple[int, ...] | None = None  # rows whose PSIS k̂ exceeds good_k
     path_noise: tuple[float | None, ...] | None = None  # posterior mean σ_n (standardised)
     stacked_loo: float | None = None
+    precision: str | None = None  # the fit vs its precision in words where it warns (linalg.resolution)
+    noise_floor: float | None = None  # σ_floor in the target's units (Gaussian SSGP fits)
+    jitter: float | None = None  # largest jitter ε × mean diag A at the fitted values (where A is factored)
 
 
 def stop_text(info: FitInfo) -> str | None:

@@ -734,6 +734,17 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
                   "budget stopped them while the objective may still improve. NCVMP stops on the "
                   "relative increase of its bound.</p>",
                   _table(stops, ["method", "steps", "stop"])]
+    precision = [{"method": row["method"], "precision": r["precision"]}
+                 for row, r in zip(rows, records, strict=True) if "precision" in r]
+    if precision:
+        parts += ["<h2>Numerical precision</h2>",
+                  "<p>Fits the working precision cannot resolve: the learned noise held up by "
+                  "its resolution floor for the fit's signal and features (float64 puts it lower "
+                  "at the same values), or jitter added to the "
+                  "Cholesky factor of A = ΦᵀΦ + (mσ<sub>n</sub>²/σ<sub>s</sub>²)I at the fitted "
+                  "values (<code>ssgp_ppl.linalg.resolution</code>). Their noise and intervals are "
+                  "not float64's; refit with <code>--x64</code>.</p>",
+                  _table(precision, ["method", "precision"])]
     cov = [{"method": row["method"], **{f"{lv:.0%}": e for lv, e in zip(
         r["coverage_curve"]["nominal"], r["coverage_curve"]["empirical"], strict=True)}}
         for row, r in zip(rows, records, strict=True)]

@@ -43,6 +43,44 @@ def test_fit_ssgp_pendulum_end_to_end(tmp_path):
     assert np.isfinite(dt["posterior"]["noise"].values).all()
 
 
+def test_fit_prints_the_precision_warning_once(tmp_path):
+    """y = sin 2x + N(0, 1e-4²) in float32: one warning line naming --x64 after the table (under
+    PYTHONWARNINGS=error too), and the record in metrics.json."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, 2200)
+    path = tmp_path / "sine.csv"
+    np.savetxt(path, np.column_stack([x, np.sin(2 * x) + 1e-4 * rng.standard_normal(2200)]),
+               delimiter=",", header="x,y", comments="")
+    out = tmp_path / "run"
+    r = run("fit", "ssgp", "--data", str(path), "--out", str(out), "--set", "m=10", "--set",
+            "ml.steps=3000", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "cannot resolve" in ln]
+    assert len(lines) == 1 and lines[0].startswith("ssgp-ppl: warning: ssgp:ml: float32 cannot "
+                                                   "resolve this fit"), r.stderr
+    assert lines[0].endswith("refit with --x64 (float64)")
+    rec = json.loads((out / "metrics.json").read_text())
+    assert rec["precision"] in lines[0] and rec["noise_floor"] > 0 and rec["jitter"] == 0.0
+
+
+def test_precision_warnings_are_collected_once_and_other_warnings_shown():
+    """The CLI's collector: each PrecisionWarning text once, in order; another warning shown once
+    after the block (shown inside the recording it would be recorded again, forever)."""
+    import warnings
+
+    from ssgp_ppl.cli import _precision_warnings
+    from ssgp_ppl.errors import PrecisionWarning
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with _precision_warnings() as texts:
+            for text in ("a", "b", "a"):
+                warnings.warn(text, PrecisionWarning, stacklevel=1)
+            warnings.warn("overflow somewhere", RuntimeWarning, stacklevel=1)
+    assert texts == ["a", "b"]
+    assert [(w.category, str(w.message)) for w in shown] == [(RuntimeWarning, "overflow somewhere")]
+
+
 def test_models_json():
     r = run("models", "--json")
     assert r.returncode == 0, r.stderr
