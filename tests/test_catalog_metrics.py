@@ -1,6 +1,14 @@
 """The archived catalog metrics (reports/catalog_metrics.json, written by
 benchmarks/catalog_metrics.py) are what the code computes today: a refactor that changes a
-number shows here. Cheap entries of each method family, full default settings, split 0."""
+number shows here. Cheap entries of each method family, full default settings, split 0.
+
+XLA's CPU results depend on the instruction set and the thread count, and a long optimisation
+carries float32 rounding into its result, so each record's tolerance comes from its measured
+spread: benchmarks/metrics_spread.py refits each case under AVX-512, AVX2, AVX and SSE4.2 code on
+one and two CPUs (reports/metrics_spread.json). Type-II ``ssgp`` on pendulum is not a case: its
+free frequencies chase the noise to zero (test MNLP ≈ 60), and the fits under those settings stop
+anywhere between 38,250 and 60,000 steps with RMSE 1.99–2.04 and MNLP 49–63; on Auto-MPG the same
+code path converges in 3,000 steps to the same figures on every setting."""
 
 import json
 from pathlib import Path
@@ -11,12 +19,26 @@ from ssgp_ppl.datasets import load
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.pipeline import fit, metrics_record
 
-ARCHIVE = Path(__file__).resolve().parent.parent / "reports" / "catalog_metrics.json"
+REPORTS = Path(__file__).resolve().parent.parent / "reports"
+ARCHIVE = REPORTS / "catalog_metrics.json"
+SPREAD = REPORTS / "metrics_spread.json"
 METRICS = ("rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90", "nll")
-REL_SPREAD = 2e-3  # relative: across machines of this class (measured 4.2e-4, see below)
-STEP_SPREAD = 500  # steps: two chunks of the stop rule
-CASES = [("ssgp", "ml", "pendulum"), ("ssgp_fixed", "ml", "autompg"),
+# another machine of this class gave tan_va-ncvmp-autompg's RMSE 2.99170 against 2.99296 archived
+# (4.2e-4 relative), more than any setting on this one: REL_FLOOR leaves ~5x that room
+REL_FLOOR = 2e-3
+SAFETY = 3.0  # times the largest relative distance measured between the settings' fits
+STEP_FLOOR = 500  # steps: two chunks of the stop rule
+CASES = [("ssgp", "ml", "autompg"), ("ssgp_fixed", "ml", "autompg"),
          ("vssgp", "svi", "autompg"), ("tan_va", "ncvmp", "autompg")]
+
+
+def tolerance(case: str, metric: str, n_test: int) -> tuple[float, float]:
+    """(relative, absolute) tolerance of one archived metric: the floor or SAFETY times the
+    measured spread, and for a coverage one test point either way (a point on an interval's
+    edge goes in or out with the last bit)."""
+    spread = json.loads(SPREAD.read_text())["spread"][case]
+    rel = max(REL_FLOOR, SAFETY * spread[metric])
+    return rel, (1.0 / n_test if metric.startswith("coverage") else 0.0)
 
 
 @pytest.mark.parametrize(("model", "method", "dataset"), CASES)
@@ -26,13 +48,13 @@ def test_archived_catalog_metrics_are_reproduced(model, method, dataset):
                 == (model, method, dataset, 0))
     data = load(dataset, split=0)
     got = metrics_record(fit(load_entry(model), data, method, seed=0, progress=False), data)
-    # float noise only. The same machine reproduces its own run to ~1e-8, but another machine of
-    # this class (other CPU features, other thread count) gave tan_va-ncvmp-autompg's RMSE
-    # 2.99170 against 2.99296 archived: 4.2e-4 relative, from float32 rounding carried through a
-    # long optimisation. REL_SPREAD leaves ~5x that room, still far below what a changed method
-    # moves; the stop rule reads the loss trace, so its step can move by a chunk or two as well.
+    case = f"{model}:{method}:{dataset}"
     for k in METRICS:
         if k in want:
-            assert got[k] == pytest.approx(want[k], rel=REL_SPREAD), (k, got[k], want[k])
+            rel, abs_ = tolerance(case, k, want["n_test"])
+            assert got[k] == pytest.approx(want[k], rel=rel, abs=abs_), (k, got[k], want[k])
     if want.get("steps") is not None:
-        assert abs(got["steps"] - want["steps"]) <= STEP_SPREAD, (got["steps"], want["steps"])
+        steps = json.loads(SPREAD.read_text())["spread"][case]["steps"]
+        assert abs(got["steps"] - want["steps"]) <= max(STEP_FLOOR, SAFETY * steps), \
+            (got["steps"], want["steps"])
+
