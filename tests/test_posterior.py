@@ -79,6 +79,59 @@ def test_save_refuses_a_target_that_is_not_a_regular_file(saved, tmp_path, kind)
     assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISDIR(mode)
 
 
+_TARGET_KINDS = ["new", "existing file", "symlink to a file", "dangling symlink", "fifo",
+                 "directory", "missing directory", "read-only directory", "odd name", "bytes",
+                 "int", "none", "empty"]
+
+
+@settings(max_examples=26, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(_TARGET_KINDS), as_str=st.booleans())
+def test_save_to_any_target_writes_a_loadable_file_or_gives_one_error(saved, tmp_path_factory,
+                                                                      kind, as_str):
+    """``Posterior.save`` to random targets (new and existing files, links, a FIFO, a directory,
+    a missing or read-only directory, odd names, non-paths): a regular file that loads as the
+    saved posterior, or one SSGPError that leaves whatever was at the target as it was."""
+    post, _, x = saved
+    d = tmp_path_factory.mktemp("target")
+    target = d / "p.nc"
+    if kind == "existing file":
+        target.write_bytes(b"old")
+    elif kind == "symlink to a file":
+        (d / "real.nc").write_bytes(b"old")
+        target.symlink_to(d / "real.nc")
+    elif kind == "dangling symlink":
+        target.symlink_to(d / "nowhere.nc")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "directory":
+        target.mkdir()
+    elif kind == "missing directory":
+        target = d / "no" / "such" / "p.nc"
+    elif kind == "read-only directory":
+        (d / "ro").mkdir()
+        target = d / "ro" / "p.nc"
+        os.chmod(d / "ro", 0o500)
+    elif kind == "odd name":
+        target = d / "a b\tç;$(x).nc"
+    before = os.lstat(target) if os.path.lexists(target) else None
+    arg = {"bytes": os.fsencode(str(target)), "int": 5, "none": None, "empty": ""}.get(
+        kind, str(target) if as_str else target)
+    try:
+        written = post.save(arg)
+    except SSGPError as e:
+        _one_line(e)
+        if before is not None:  # nothing replaced
+            after = os.lstat(target)
+            assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+        return
+    finally:
+        if kind == "read-only directory":
+            os.chmod(d / "ro", 0o700)
+    assert stat.S_ISREG(os.stat(written).st_mode)
+    _same(ssgp_ppl.load(written), post, x)
+
+
 # --------------------------------------------------------------------------- the stored state
 def _set_m(meta, state):
     meta["entry"]["config"]["model"]["m"] = -7
