@@ -111,12 +111,12 @@ def tiny_gold(tmp_path_factory, pendulum_minmax):
     jax.config.update("jax_enable_x64", True)
     try:
         model, _ = target_model(entry, common.spec_for(entry, data, handoff), None, True)
-        runs = tempered_smc_runs(model, data.x_train, data.y_train, runs=4, particles=256,
-                                 mcmc_steps=10, seed=3)
+        runs = tempered_smc_runs(model, data.x_train, data.y_train, runs=4, particles=128,
+                                 mcmc_steps=5, seed=3)
         root = tmp_path_factory.mktemp("gold")
-        g = gold.store(entry, data, handoff, runs, settings={"particles": 256, "mcmc_steps": 10,
-                                                             "draws_per_run": 200},
-                       draws=200, is_draws=20_000, root=root)
+        g = gold.store(entry, data, handoff, runs, settings={"particles": 128, "mcmc_steps": 5,
+                                                             "draws_per_run": 100},
+                       draws=100, is_draws=20_000, root=root)
     finally:
         jax.config.update("jax_enable_x64", previous)
     return entry, data, g, runs
@@ -149,7 +149,7 @@ def test_stored_reference_is_found_and_holds_its_runs(tiny_gold):
     assert prov["runs"] == 4 and prov["verdict"]["log_evidence"] == pytest.approx(
         [r.log_evidence for r in runs])
     post = g.posterior()
-    assert post.chains == 4 and post.flat_sites["noise"].shape == (800,)
+    assert post.chains == 4 and post.flat_sites["noise"].shape == (400,)
     # D = 11 ≤ IS_MAX_DIM: the importance-sampling check ran, and the verdict reads it
     v = g.verdict
     isc = v["is_check"]
