@@ -28,7 +28,7 @@ import pandas as pd
 
 from ssgp_ppl.errors import SSGPError, check_seed, one_line
 from ssgp_ppl.io import write_bytes_atomic
-from ssgp_ppl.tables import TableEncoding, TableOptions, check_width, duplicates, prepare
+from ssgp_ppl.tables import TableEncoding, TableOptions, check_names, check_width, prepare
 
 __all__ = [
     "KNOWN",
@@ -946,10 +946,7 @@ def _read_table(path: Path) -> pd.DataFrame:
             if blank:  # pandas would name them "Unnamed: k"
                 raise SSGPError(f"data file '{path}': column {', '.join(map(str, blank))} of the "
                                 "header has no name")
-            dup = duplicates(header)
-            if dup:
-                raise SSGPError(f"data file '{path}' has duplicate column names: "
-                                f"{', '.join(map(repr, dup))}")
+            check_names(header, f"data file '{path}'")
             df = pd.read_csv(path, sep=sep, header=0, engine="c")
             if [str(c) for c in df.columns] != header:  # nothing renamed behind the user's back
                 raise SSGPError(f"data file '{path}': its header could not be read as written "

@@ -36,7 +36,7 @@ from ssgp_ppl.predictive import (
     prediction,
     rule_from_state,
 )
-from ssgp_ppl.tables import TableEncoding
+from ssgp_ppl.tables import TableEncoding, frame
 
 if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.entry import CatalogEntry
@@ -409,11 +409,7 @@ def _checked_frame(df: pd.DataFrame, encoding: TableEncoding | None) -> pd.DataF
     """predict's DataFrame, its columns named as text; one SSGPError for duplicate names, and
     (with a table encoding) naming the row and column of a missing value or of text in a numeric
     input column."""
-    df = df.rename(columns=str)
-    cols = list(df.columns)
-    dup = sorted({c for c in cols if cols.count(c) > 1})
-    if dup:
-        raise SSGPError(f"predict: the DataFrame has duplicate column names: {', '.join(dup)}")
+    df = frame(df, "predict's DataFrame")
     if encoding is None:
         return df
     used = [c for c, _, _ in encoding.columns if c in df.columns]  # an absent one: transform says

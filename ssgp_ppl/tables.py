@@ -34,9 +34,24 @@ def check_width(count: int, where: str) -> None:
                         "(select the input columns in a smaller file)")
 
 
-def duplicates(names) -> list[str]:
-    """The names that occur more than once in ``names``, sorted (linear in their number)."""
-    return sorted(c for c, k in Counter(names).items() if k > 1)
+def duplicates(names) -> list:
+    """The names (hashable values) that occur more than once in ``names``, each once, in the order
+    of their first occurrence; linear in their number."""
+    return [c for c, k in Counter(names).items() if k > 1]
+
+
+def check_names(names, where: str) -> None:
+    """One SSGPError if a column name occurs more than once."""
+    dup = duplicates(names)
+    if dup:
+        raise SSGPError(f"{where} has duplicate column names: {', '.join(map(repr, dup))}")
+
+
+def frame(df: pd.DataFrame, where: str) -> pd.DataFrame:
+    """``df`` with its column names as text, none of them twice."""
+    df = df.rename(columns=str)
+    check_names(df.columns, where)
+    return df
 
 
 @dataclass(frozen=True)
@@ -60,7 +75,7 @@ class TableOptions:
         if self.inputs is not None and self.drop:
             raise SSGPError("give the input columns (inputs) or the columns to drop, not both")
         for flag, cols in (("inputs", self.inputs or ()), ("drop", self.drop)):
-            dup = list(dict.fromkeys(c for i, c in enumerate(cols) if c in cols[:i]))
+            dup = duplicates(cols)
             if dup:
                 raise SSGPError(f"--{flag}: column {', '.join(map(repr, dup))} is listed twice")
 
@@ -155,11 +170,8 @@ def prepare(df: pd.DataFrame, target: str | None, options: TableOptions, where: 
     """Fit the encoding on ``df``: ``(x, y, encoding, record)``, where ``record`` says what was
     done (options, rows dropped, encoded columns) for run.json and the DataTree's attributes."""
     check_width(df.shape[1], where)
-    df = df.rename(columns=str)
+    df = frame(df, where)
     cols = list(df.columns)
-    dup = duplicates(cols)
-    if dup:
-        raise SSGPError(f"{where} has duplicate column names: {', '.join(dup)}")
     if df.shape[1] == 0 or df.shape[0] == 0:
         raise SSGPError(f"{where} is empty (no data rows)")
     target = cols[-1] if target is None else target

@@ -247,6 +247,8 @@ def test_predict_refuses_bad_inputs_naming_row_and_column(tiny_post):
         bad[2, 1] = value
         with pytest.raises(SSGPError, match=f"row 2, column 'b' is {shown}"):
             tiny_post.predict(bad)
+    with pytest.raises(SSGPError, match="predict's DataFrame has duplicate column names: 'a'"):
+        tiny_post.predict(pd.DataFrame([[1.0, 2.0, 3.0]], columns=["a", "b", "a"]))
     with pytest.raises(SSGPError, match=r"row 1, column 'a' is missing"):
         tiny_post.predict(pd.DataFrame({"a": [1.0, None], "b": [0.0, 1.0]}))
     with pytest.raises(SSGPError, match=r"row 0, column 'a' lies .* the model computes up to"):

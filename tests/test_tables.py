@@ -12,7 +12,7 @@ import xarray as xr
 import ssgp_ppl
 from ssgp_ppl.datasets import load
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.tables import TableOptions, prepare
+from ssgp_ppl.tables import TableOptions, duplicates, prepare
 
 
 def table(n=120, seed=0) -> pd.DataFrame:
@@ -85,6 +85,21 @@ def test_repeated_header_is_refused(tmp_path):
     p.write_text("a,y,y\n1,2,3\n4,5,6\n7,8,9\n")
     with pytest.raises(SSGPError, match="duplicate column names: 'y'"):
         load(str(p), target="y")
+
+
+def test_duplicates_are_each_named_once_in_order_of_first_occurrence():
+    assert duplicates(["b", "a", "b", "c", "a", "b"]) == ["b", "a"]
+    assert duplicates([1, "1", 1.0]) == [1]  # 1 == 1.0; mixed types need no ordering
+    assert duplicates([f"c{i}" for i in range(200_000)] + ["c7"]) == ["c7"]
+
+
+def test_a_repeated_column_name_is_refused_in_options_and_dataframes():
+    with pytest.raises(SSGPError, match="--drop: column 'b', 'a' is listed twice"):
+        TableOptions.of(drop="b,a,b,a")
+    d = table(20)
+    twice = pd.concat([d, d[["x"]]], axis=1)
+    with pytest.raises(SSGPError, match="x has duplicate column names: 'x'"):
+        prepare(twice, "y", TableOptions(drop=("when", "colour")), "x")
 
 
 def test_test_file_rows_are_the_test_set_and_predict_takes_a_dataframe(tmp_path):
