@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ssgp_ppl.errors import SSGPError, check_seed, one_line
-from ssgp_ppl.io import write_bytes_atomic
+from ssgp_ppl.io import file_kind, write_bytes_atomic
 from ssgp_ppl.tables import TableEncoding, TableOptions, check_names, check_width, prepare
 
 __all__ = [
@@ -271,9 +271,10 @@ def load(
             )
     else:
         path = Path(raw_name).expanduser()
-        if path.is_dir():
-            raise SSGPError(f"data '{raw_name}' is a directory, not a data file (give a CSV, TSV, "
-                            "TXT or Parquet file)")
+        what = file_kind(path)
+        if what is not None:
+            raise SSGPError(f"data '{raw_name}' is {what}, not a data file (give a CSV, TSV, TXT "
+                            "or Parquet file)")
         if path.is_symlink() and not path.exists():
             raise SSGPError(f"data '{raw_name}' is a symbolic link to nothing (broken, or a loop)")
         if not path.is_file():
