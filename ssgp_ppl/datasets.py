@@ -112,8 +112,10 @@ class Scaler(NamedTuple):
     scale: np.ndarray
 
     def transform(self, a):
-        """Raw units -> standardised units."""
-        return (a - self.mean) / self.scale
+        """Raw units -> standardised units; a value beyond float64's range there becomes ±inf
+        (no warning), which :func:`check_scaled_range` refuses."""
+        with np.errstate(over="ignore"):
+            return (a - self.mean) / self.scale
 
     def inverse(self, a):
         """Standardised units -> raw units."""
@@ -368,16 +370,12 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
     if target_kind != "continuous":
         y_scaler = Scaler(np.zeros(()), np.ones(()))
 
-    def prep(a, s):  # a test value far outside the training range may overflow: refused later
-        with np.errstate(over="ignore"):
-            return np.ascontiguousarray(s.transform(a), dtype=np.float64)
-
     return Dataset(
         name=name,
-        x_train=prep(x_tr_raw, x_scaler),
-        y_train=prep(y_tr_raw, y_scaler),
-        x_test=prep(x_te_raw, x_scaler),
-        y_test=prep(y_te_raw, y_scaler),
+        x_train=_scaled(x_tr_raw, x_scaler),
+        y_train=_scaled(y_tr_raw, y_scaler),
+        x_test=_scaled(x_te_raw, x_scaler),
+        y_test=_scaled(y_te_raw, y_scaler),
         x_scaler=x_scaler,
         y_scaler=y_scaler,
         feature_names=tuple(feats),
@@ -447,12 +445,13 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
     x_scaler = _fit_x_scaler(x, x_scaling)
     y_scaler = _fit_standard(y) if target_kind == "continuous" else Scaler(np.zeros(()), np.ones(()))
 
-    def prep(a, s):  # a test value far outside the training range may overflow: refused later
-        with np.errstate(over="ignore"):
-            return np.ascontiguousarray(s.transform(a), dtype=np.float64)
+    return Dataset(name, _scaled(x, x_scaler), _scaled(y, y_scaler), _scaled(xt, x_scaler),
+                   _scaled(yt, y_scaler), x_scaler, y_scaler, feats, tname, 0, encoding, record)
 
-    return Dataset(name, prep(x, x_scaler), prep(y, y_scaler), prep(xt, x_scaler),
-                   prep(yt, y_scaler), x_scaler, y_scaler, feats, tname, 0, encoding, record)
+
+def _scaled(a: np.ndarray, scaler: Scaler) -> np.ndarray:
+    """``a`` in ``scaler``'s standardised units, contiguous float64."""
+    return np.ascontiguousarray(scaler.transform(a), dtype=np.float64)
 
 
 def _with_target(frame: pd.DataFrame, y: np.ndarray, tname: str, what: str) -> pd.DataFrame:

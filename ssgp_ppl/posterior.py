@@ -259,8 +259,8 @@ class Posterior:
             raise SSGPError(f"predict: x_new has {x_new.shape[1]} columns but the model was built "
                             f"for {self.n_features} (the training inputs'{cols})"[:300])
         check_finite_rows(x_new, "predict: x_new", names)
-        with np.errstate(over="ignore"):  # beyond float64: refused as out of range
-            x_std = self.x_scaler.transform(x_new)
+        x_std = self.x_scaler.transform(x_new)
+        check_scaled_range(x_std, "predict", names)  # before x_std's check: overflow is range
         return self.predict_standardised(x_std, seed=seed, client=client, progress=progress)
 
     # ------------------------------------------------------------------ save / load

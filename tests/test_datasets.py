@@ -181,6 +181,11 @@ def test_inverse_std_scales_only():
     np.testing.assert_allclose(ds.y_scaler.transform(ds.y_scaler.inverse(s)), s)
 
 
+def test_a_transform_beyond_float64_is_inf_without_a_warning():
+    scaler = D.Scaler(np.zeros(2), np.array([1e-300, 1.0]))
+    np.testing.assert_array_equal(scaler.transform(np.array([[1e300, 1e300]])), [[np.inf, 1e300]])
+
+
 def test_extra_noise_inputs():
     base = D.load("pendulum", 5)
     ds = D.load("pendulum", 5, extra_noise_inputs=10)
