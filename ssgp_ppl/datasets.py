@@ -471,12 +471,23 @@ def _vector(a: np.ndarray, what: str) -> np.ndarray:
     return a
 
 
+def _column(j: int, columns) -> str:
+    """Column ``j`` by name (quoted) if ``columns`` names it, else by number."""
+    return f"'{columns[j]}'" if columns is not None and j < len(columns) else str(j)
+
+
 def _position(index: tuple, shape: tuple, columns) -> str:
     """Where an entry is: "row i, column c" (2-D, the column by name if there are names)."""
     if len(shape) == 1:
         return f"entry {index[0]}"
-    col = f"'{columns[index[1]]}'" if columns is not None and index[1] < len(columns) else index[1]
-    return f"row {index[0]}, column {col}" if len(shape) == 2 else f"index {index}"
+    return f"row {index[0]}, column {_column(index[1], columns)}" if len(shape) == 2 else \
+        f"index {index}"
+
+
+def _first(mask: np.ndarray, columns) -> tuple[tuple, str]:
+    """The index of ``mask``'s first true entry (row by row) and where it is in words."""
+    first = np.unravel_index(int(np.argmax(mask)), mask.shape)
+    return first, _position(first, mask.shape, columns)
 
 
 def real_array(a, what: str, columns=None) -> np.ndarray:
@@ -528,21 +539,29 @@ def check_scaled_range(x_scaled: np.ndarray, what: str, columns=None) -> None:
     the training inputs' spread is about 1) beyond :data:`X_SCALED_MAX`."""
     far = np.abs(x_scaled) > X_SCALED_MAX
     if far.any():
-        first = np.unravel_index(int(np.argmax(far)), x_scaled.shape)
-        raise SSGPError(f"{what}: {_position(first, x_scaled.shape, columns)} lies "
-                        f"{abs(float(x_scaled[first])):.3g} times the training inputs' spread "
-                        f"from their centre; the model computes up to {X_SCALED_MAX:g}")
+        first, at = _first(far, columns)
+        raise SSGPError(f"{what}: {at} lies {abs(float(x_scaled[first])):.3g} times the training "
+                        f"inputs' spread from their centre; the model computes up to "
+                        f"{X_SCALED_MAX:g}")
 
 
-def check_finite_rows(x: np.ndarray, what: str, columns=None) -> None:
-    """One SSGPError naming the row and column of ``x``'s first NaN or infinite value."""
-    bad = ~np.isfinite(x)
-    if bad.any():
-        first = np.unravel_index(int(np.argmax(bad)), x.shape)
-        more = int(bad.sum()) - 1
-        raise SSGPError(f"{what}: {_position(first, x.shape, columns)} is {float(x[first])}"
-                        f"{f' ({more} more non-finite values)' if more else ''}; every input "
-                        "must be a finite number")
+def check_finite(x: np.ndarray, where: str, columns=None, y=None, target: str = "y",
+                 rows: bool = False) -> None:
+    """One SSGPError naming each column of ``x`` (n, d), and the target ``y`` (n,) if given, that
+    holds NaN or inf, with the counts; ``rows``: also the row and column of the first."""
+    if np.isfinite(x).all() and (y is None or np.isfinite(y).all()):
+        return
+    a = x if y is None else np.column_stack([x, y])
+    names = None if columns is None else [*columns, target]
+    nan, inf = np.isnan(a).sum(axis=0), np.isinf(a).sum(axis=0)
+    parts = [f"column {_column(j, names)} has " + " and ".join(
+        f"{k} {kind}" for k, kind in ((nan[j], "NaN"), (inf[j], "inf")) if k)
+        for j in np.flatnonzero(nan + inf)]
+    first = ""
+    if rows:
+        index, at = _first(~np.isfinite(a), names)
+        first = f" (the first: {at} is {float(a[index])})"
+    raise SSGPError(f"non-finite values in {where}: {'; '.join(parts)}{first}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -966,17 +985,8 @@ def _read_table(path: Path) -> pd.DataFrame:
 
 
 def _check_finite_array(x, y, where: str, feats: Sequence[str], tname: str) -> None:
+    """Data rows, and every value of inputs and target finite (:func:`check_finite`)."""
     if x.shape[0] == 0:
         raise SSGPError(f"data set {where} is empty (no rows)")
-    if np.isfinite(x).all() and np.isfinite(y).all():
-        return
-    parts = []
-    for j, c in enumerate((*feats, tname)):
-        col = x[:, j] if j < x.shape[1] else y
-        n_nan = int(np.isnan(col).sum())
-        n_inf = int(np.isinf(col).sum())
-        if n_nan or n_inf:
-            counts = [f"{k} {kind}" for k, kind in ((n_nan, "NaN"), (n_inf, "inf")) if k]
-            parts.append(f"column '{c}' has {' and '.join(counts)}")
-    raise SSGPError(f"non-finite values in {where}: " + "; ".join(parts))
+    check_finite(x, where, feats, y, tname)
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ssgp_ppl.datasets import Scaler, check_finite_rows, check_scaled_range, real_array
+from ssgp_ppl.datasets import Scaler, check_finite, check_scaled_range, real_array
 from ssgp_ppl.errors import SSGPError, check_seed, one_line
 from ssgp_ppl.partitions import Partitions
 from ssgp_ppl.predictive import (
@@ -220,7 +220,7 @@ class Posterior:
         check_test_inputs(np.zeros((1, self.n_features)), x_std)
         if len(x_std) == 0:
             raise SSGPError("predict: no rows to predict")
-        check_finite_rows(x_std, "predict: x_std", self.feature_names or None)
+        check_finite(x_std, "predict's x_std", self.feature_names or None, rows=True)
         check_scaled_range(x_std, "predict", self.feature_names or None)
         num = int(np.prod(next(iter(self.sites.values())).shape[:2])) if self.sites else 1
         return prediction(self.rule, self.entry.lik, x_std, self.y_scaler, seed=seed, num=num,
@@ -258,7 +258,7 @@ class Posterior:
             cols = f": {', '.join(names)}" if names else ""
             raise SSGPError(f"predict: x_new has {x_new.shape[1]} columns but the model was built "
                             f"for {self.n_features} (the training inputs'{cols})"[:300])
-        check_finite_rows(x_new, "predict: x_new", names)
+        check_finite(x_new, "predict's x_new", names, rows=True)
         x_std = self.x_scaler.transform(x_new)
         check_scaled_range(x_std, "predict", names)  # before x_std's check: overflow is range
         return self.predict_standardised(x_std, seed=seed, client=client, progress=progress)

@@ -437,6 +437,19 @@ def test_error_inf(tmp_path):
     assert "column 'b' has 2 inf" in one_line_error(e)
 
 
+def test_non_finite_values_are_counted_per_column_and_the_first_is_placed():
+    x = np.array([[0.0, 1.0], [np.inf, np.nan], [2.0, -np.inf]])
+    y = np.array([0.0, 1.0, np.nan])
+    with pytest.raises(SSGPError) as e:
+        D.check_finite(x, "t", ["a", "b"], y, "y", rows=True)
+    assert one_line_error(e) == ("non-finite values in t: column 'a' has 1 inf; column 'b' has 1 "
+                                 "NaN and 1 inf; column 'y' has 1 NaN (the first: row 1, column "
+                                 "'a' is inf)")
+    with pytest.raises(SSGPError, match=r"in t: column 0 has 1 inf; column 1 has 1 NaN and 1 inf$"):
+        D.check_finite(x, "t")  # no names: columns by number
+    D.check_finite(x[:1], "t", ["a", "b"], y[:1])
+
+
 def test_error_text_column(tmp_path):
     p = write(tmp_path, "text.csv", "a,name,y\n1,foo,3\n4,bar,6\n")
     with pytest.raises(SSGPError) as e:
