@@ -233,12 +233,12 @@ class Posterior:
         (counted from 0) and column."""
         seed = check_seed(seed)
         names = self.feature_names or None
-        if isinstance(x_new, pd.DataFrame):
-            x_new = _checked_frame(x_new, self.encoding)
         if isinstance(x_new, pd.DataFrame) and self.encoding is not None:  # as the training table
-            x_new = self.encoding.transform(x_new, "predict's DataFrame", target=False)[0]
+            x_new = self.encoding.transform(x_new, "predict's DataFrame", target=False,
+                                            dropna=None)[0]
             names = self.encoding.feature_names
         elif isinstance(x_new, pd.DataFrame):  # the training inputs' columns, by name
+            x_new = frame(x_new, "predict's DataFrame")
             missing = [c for c in self.feature_names if c not in x_new.columns]
             if missing or not self.feature_names:
                 raise SSGPError(f"predict: the DataFrame lacks the input columns {missing} the model "
@@ -403,28 +403,6 @@ def _check_scaler(path: Path, arrays: dict, name: str, ndim: int) -> Scaler:
         raise SSGPError(f"{path}: {name}_scale: a saved scaler's scales must be finite and > 0, "
                         f"got {np.ravel(scale)[:4].tolist()}")
     return Scaler(mean, scale)
-
-
-def _checked_frame(df: pd.DataFrame, encoding: TableEncoding | None) -> pd.DataFrame:
-    """predict's DataFrame, its columns named as text; one SSGPError for duplicate names, and
-    (with a table encoding) naming the row and column of a missing value or of text in a numeric
-    input column."""
-    df = frame(df, "predict's DataFrame")
-    if encoding is None:
-        return df
-    used = [c for c, _, _ in encoding.columns if c in df.columns]  # an absent one: transform says
-    na = df[used].isna().to_numpy()
-    if na.any():
-        i, j = np.unravel_index(int(np.argmax(na)), na.shape)
-        raise SSGPError(f"predict: row {i}, column '{used[j]}' is missing ({int(na.sum())} missing "
-                        "values in all); every input must be given")
-    numeric = [c for c, kind, _ in encoding.columns if kind == "numeric" and c in df.columns]
-    if numeric:  # numbers held as objects are numbers
-        values = real_array(df[numeric], "predict: x_new")
-        df = df.copy()
-        for j, c in enumerate(numeric):
-            df[c] = values[:, j]
-    return df
 
 
 def load(path: str | Path, make_entry) -> Posterior:

@@ -102,6 +102,22 @@ def test_a_repeated_column_name_is_refused_in_options_and_dataframes():
         prepare(twice, "y", TableOptions(drop=("when", "colour")), "x")
 
 
+def test_a_value_that_is_not_a_number_is_named_by_row_and_column():
+    d = table(20).drop(columns=["when", "colour"])
+    enc = prepare(d, "y", TableOptions(), "train")[2]
+    held = d.astype({"x": object})  # numbers held as objects are numbers
+    np.testing.assert_array_equal(enc.transform(held, "new")[0], enc.transform(d, "new")[0])
+    held.loc[3, "x"] = "abc"
+    with pytest.raises(SSGPError, match="new: row 3, column 'x' holds str 'abc', not a number"):
+        enc.transform(held, "new")
+    y = d["y"].astype(object)
+    y[1], y[4] = None, "n/a"  # the row dropped for its missing value does not shift the row named
+    with pytest.raises(SSGPError, match="train: row 4, column 'y' holds str 'n/a'"):
+        prepare(d.assign(y=y), "y", TableOptions(dropna=True), "train")
+    with pytest.raises(SSGPError, match=r"'y' 1\); use --dropna .*\(the first: row 1, column 'y'"):
+        prepare(d.assign(y=y.where(y != "n/a", 0.0)), "y", TableOptions(), "train")
+
+
 def test_test_file_rows_are_the_test_set_and_predict_takes_a_dataframe(tmp_path):
     d = table(160)
     d.iloc[:130].to_csv(tmp_path / "train.csv", index=False)
