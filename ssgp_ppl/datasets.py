@@ -357,7 +357,7 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
     y_tr_raw, y_te_raw = y[train_idx], y[test_idx]
     x_scaler = _fit_x_scaler(x_tr_raw, x_scaling)
     y_scaler = _fit_standard(y_tr_raw)
-    _check_target(y_tr_raw, name, tname, target_kind)
+    _check_target(y_tr_raw, y_scaler, name, tname, target_kind)
     if target_kind == "binary":
         cut = float(np.median(y_tr_raw)) if threshold is None else float(threshold)
         y_tr_raw, y_te_raw = (y_tr_raw > cut).astype(np.float64), (y_te_raw > cut).astype(np.float64)
@@ -441,9 +441,9 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
         if target_kind == "count" and (np.any(v < 0) or np.any(v != np.round(v))):
             raise SSGPError(f"{what}: a count target (Poisson likelihood) must hold non-negative "
                             "integers")
-    _check_target(y, name, tname, target_kind)
-    x_scaler = _fit_x_scaler(x, x_scaling)
     y_scaler = _fit_standard(y) if target_kind == "continuous" else Scaler(np.zeros(()), np.ones(()))
+    _check_target(y, y_scaler, name, tname, target_kind)
+    x_scaler = _fit_x_scaler(x, x_scaling)
 
     return Dataset(name, _scaled(x, x_scaler), _scaled(y, y_scaler), _scaled(xt, x_scaler),
                    _scaled(yt, y_scaler), x_scaler, y_scaler, feats, tname, 0, encoding, record)
@@ -588,15 +588,17 @@ def _split_indices(name: str, n: int, spec, rng: np.random.Generator):
 Y_SCALE_RANGE = (1e-150, 1e150)  # a target's sd whose square (predictive variances) is finite
 
 
-def _check_target(y: np.ndarray, name: str, tname: str, target_kind: str) -> None:
-    """A continuous target on the training rows: not constant, its standard deviation within
-    :data:`Y_SCALE_RANGE` (one SSGPError saying what to do otherwise)."""
+def _check_target(y: np.ndarray, y_scaler: Scaler, name: str, tname: str,
+                  target_kind: str) -> None:
+    """A continuous target on the training rows (``y_scaler`` fitted on them): not constant,
+    its standard deviation within :data:`Y_SCALE_RANGE` (one SSGPError saying what to do
+    otherwise)."""
     if target_kind != "continuous":
         return
     if np.ptp(y) == 0:
         raise SSGPError(f"'{name}': target {tname!r} is constant ({y[0]:g}) on the "
                         f"{len(y)} training rows: there is nothing to learn")
-    y_sd = float(np.asarray(_fit_standard(y).scale))
+    y_sd = float(y_scaler.scale)
     if not Y_SCALE_RANGE[0] <= y_sd <= Y_SCALE_RANGE[1]:
         raise SSGPError(f"'{name}': target {tname!r} has standard deviation {y_sd:.3g}; variances "
                         "in its units would leave float64's range: divide the target by a power "
