@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from ssgp_ppl.errors import SSGPError, check_seed, one_line
-from ssgp_ppl.io import write_bytes_atomic
-from ssgp_ppl.tables import TableEncoding, TableOptions, check_width, duplicates, prepare
+from ssgp_ppl.io import file_kind, write_bytes_atomic
+from ssgp_ppl.tables import TableEncoding, TableOptions, check_names, check_width, prepare
 
 __all__ = [
     "KNOWN",
@@ -112,8 +112,10 @@ class Scaler(NamedTuple):
     scale: np.ndarray
 
     def transform(self, a):
-        """Raw units -> standardised units."""
-        return (a - self.mean) / self.scale
+        """Raw units -> standardised units; a value beyond float64's range there becomes ±inf
+        (no warning), which :func:`check_scaled_range` refuses."""
+        with np.errstate(over="ignore"):
+            return (a - self.mean) / self.scale
 
     def inverse(self, a):
         """Standardised units -> raw units."""
@@ -271,9 +273,10 @@ def load(
             )
     else:
         path = Path(raw_name).expanduser()
-        if path.is_dir():
-            raise SSGPError(f"data '{raw_name}' is a directory, not a data file (give a CSV, TSV, "
-                            "TXT or Parquet file)")
+        what = file_kind(path)
+        if what is not None:
+            raise SSGPError(f"data '{raw_name}' is {what}, not a data file (give a CSV, TSV, TXT "
+                            "or Parquet file)")
         if path.is_symlink() and not path.exists():
             raise SSGPError(f"data '{raw_name}' is a symbolic link to nothing (broken, or a loop)")
         if not path.is_file():
@@ -354,7 +357,7 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
     y_tr_raw, y_te_raw = y[train_idx], y[test_idx]
     x_scaler = _fit_x_scaler(x_tr_raw, x_scaling)
     y_scaler = _fit_standard(y_tr_raw)
-    _check_target(y_tr_raw, name, tname, target_kind)
+    _check_target(y_tr_raw, y_scaler, name, tname, target_kind)
     if target_kind == "binary":
         cut = float(np.median(y_tr_raw)) if threshold is None else float(threshold)
         y_tr_raw, y_te_raw = (y_tr_raw > cut).astype(np.float64), (y_te_raw > cut).astype(np.float64)
@@ -367,16 +370,12 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
     if target_kind != "continuous":
         y_scaler = Scaler(np.zeros(()), np.ones(()))
 
-    def prep(a, s):  # a test value far outside the training range may overflow: refused later
-        with np.errstate(over="ignore"):
-            return np.ascontiguousarray(s.transform(a), dtype=np.float64)
-
     return Dataset(
         name=name,
-        x_train=prep(x_tr_raw, x_scaler),
-        y_train=prep(y_tr_raw, y_scaler),
-        x_test=prep(x_te_raw, x_scaler),
-        y_test=prep(y_te_raw, y_scaler),
+        x_train=_scaled(x_tr_raw, x_scaler),
+        y_train=_scaled(y_tr_raw, y_scaler),
+        x_test=_scaled(x_te_raw, x_scaler),
+        y_test=_scaled(y_te_raw, y_scaler),
         x_scaler=x_scaler,
         y_scaler=y_scaler,
         feature_names=tuple(feats),
@@ -442,16 +441,17 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
         if target_kind == "count" and (np.any(v < 0) or np.any(v != np.round(v))):
             raise SSGPError(f"{what}: a count target (Poisson likelihood) must hold non-negative "
                             "integers")
-    _check_target(y, name, tname, target_kind)
-    x_scaler = _fit_x_scaler(x, x_scaling)
     y_scaler = _fit_standard(y) if target_kind == "continuous" else Scaler(np.zeros(()), np.ones(()))
+    _check_target(y, y_scaler, name, tname, target_kind)
+    x_scaler = _fit_x_scaler(x, x_scaling)
 
-    def prep(a, s):  # a test value far outside the training range may overflow: refused later
-        with np.errstate(over="ignore"):
-            return np.ascontiguousarray(s.transform(a), dtype=np.float64)
+    return Dataset(name, _scaled(x, x_scaler), _scaled(y, y_scaler), _scaled(xt, x_scaler),
+                   _scaled(yt, y_scaler), x_scaler, y_scaler, feats, tname, 0, encoding, record)
 
-    return Dataset(name, prep(x, x_scaler), prep(y, y_scaler), prep(xt, x_scaler),
-                   prep(yt, y_scaler), x_scaler, y_scaler, feats, tname, 0, encoding, record)
+
+def _scaled(a: np.ndarray, scaler: Scaler) -> np.ndarray:
+    """``a`` in ``scaler``'s standardised units, contiguous float64."""
+    return np.ascontiguousarray(scaler.transform(a), dtype=np.float64)
 
 
 def _with_target(frame: pd.DataFrame, y: np.ndarray, tname: str, what: str) -> pd.DataFrame:
@@ -471,12 +471,23 @@ def _vector(a: np.ndarray, what: str) -> np.ndarray:
     return a
 
 
+def _column(j: int, columns) -> str:
+    """Column ``j`` by name (quoted) if ``columns`` names it, else by number."""
+    return f"'{columns[j]}'" if columns is not None and j < len(columns) else str(j)
+
+
 def _position(index: tuple, shape: tuple, columns) -> str:
     """Where an entry is: "row i, column c" (2-D, the column by name if there are names)."""
     if len(shape) == 1:
         return f"entry {index[0]}"
-    col = f"'{columns[index[1]]}'" if columns is not None and index[1] < len(columns) else index[1]
-    return f"row {index[0]}, column {col}" if len(shape) == 2 else f"index {index}"
+    return f"row {index[0]}, column {_column(index[1], columns)}" if len(shape) == 2 else \
+        f"index {index}"
+
+
+def _first(mask: np.ndarray, columns) -> tuple[tuple, str]:
+    """The index of ``mask``'s first true entry (row by row) and where it is in words."""
+    first = np.unravel_index(int(np.argmax(mask)), mask.shape)
+    return first, _position(first, mask.shape, columns)
 
 
 def real_array(a, what: str, columns=None) -> np.ndarray:
@@ -528,21 +539,29 @@ def check_scaled_range(x_scaled: np.ndarray, what: str, columns=None) -> None:
     the training inputs' spread is about 1) beyond :data:`X_SCALED_MAX`."""
     far = np.abs(x_scaled) > X_SCALED_MAX
     if far.any():
-        first = np.unravel_index(int(np.argmax(far)), x_scaled.shape)
-        raise SSGPError(f"{what}: {_position(first, x_scaled.shape, columns)} lies "
-                        f"{abs(float(x_scaled[first])):.3g} times the training inputs' spread "
-                        f"from their centre; the model computes up to {X_SCALED_MAX:g}")
+        first, at = _first(far, columns)
+        raise SSGPError(f"{what}: {at} lies {abs(float(x_scaled[first])):.3g} times the training "
+                        f"inputs' spread from their centre; the model computes up to "
+                        f"{X_SCALED_MAX:g}")
 
 
-def check_finite_rows(x: np.ndarray, what: str, columns=None) -> None:
-    """One SSGPError naming the row and column of ``x``'s first NaN or infinite value."""
-    bad = ~np.isfinite(x)
-    if bad.any():
-        first = np.unravel_index(int(np.argmax(bad)), x.shape)
-        more = int(bad.sum()) - 1
-        raise SSGPError(f"{what}: {_position(first, x.shape, columns)} is {float(x[first])}"
-                        f"{f' ({more} more non-finite values)' if more else ''}; every input "
-                        "must be a finite number")
+def check_finite(x: np.ndarray, where: str, columns=None, y=None, target: str = "y",
+                 rows: bool = False) -> None:
+    """One SSGPError naming each column of ``x`` (n, d), and the target ``y`` (n,) if given, that
+    holds NaN or inf, with the counts; ``rows``: also the row and column of the first."""
+    if np.isfinite(x).all() and (y is None or np.isfinite(y).all()):
+        return
+    a = x if y is None else np.column_stack([x, y])
+    names = None if columns is None else [*columns, target]
+    nan, inf = np.isnan(a).sum(axis=0), np.isinf(a).sum(axis=0)
+    parts = [f"column {_column(j, names)} has " + " and ".join(
+        f"{k} {kind}" for k, kind in ((nan[j], "NaN"), (inf[j], "inf")) if k)
+        for j in np.flatnonzero(nan + inf)]
+    first = ""
+    if rows:
+        index, at = _first(~np.isfinite(a), names)
+        first = f" (the first: {at} is {float(a[index])})"
+    raise SSGPError(f"non-finite values in {where}: {'; '.join(parts)}{first}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -569,15 +588,17 @@ def _split_indices(name: str, n: int, spec, rng: np.random.Generator):
 Y_SCALE_RANGE = (1e-150, 1e150)  # a target's sd whose square (predictive variances) is finite
 
 
-def _check_target(y: np.ndarray, name: str, tname: str, target_kind: str) -> None:
-    """A continuous target on the training rows: not constant, its standard deviation within
-    :data:`Y_SCALE_RANGE` (one SSGPError saying what to do otherwise)."""
+def _check_target(y: np.ndarray, y_scaler: Scaler, name: str, tname: str,
+                  target_kind: str) -> None:
+    """A continuous target on the training rows (``y_scaler`` fitted on them): not constant,
+    its standard deviation within :data:`Y_SCALE_RANGE` (one SSGPError saying what to do
+    otherwise)."""
     if target_kind != "continuous":
         return
     if np.ptp(y) == 0:
         raise SSGPError(f"'{name}': target {tname!r} is constant ({y[0]:g}) on the "
                         f"{len(y)} training rows: there is nothing to learn")
-    y_sd = float(np.asarray(_fit_standard(y).scale))
+    y_sd = float(y_scaler.scale)
     if not Y_SCALE_RANGE[0] <= y_sd <= Y_SCALE_RANGE[1]:
         raise SSGPError(f"'{name}': target {tname!r} has standard deviation {y_sd:.3g}; variances "
                         "in its units would leave float64's range: divide the target by a power "
@@ -946,10 +967,7 @@ def _read_table(path: Path) -> pd.DataFrame:
             if blank:  # pandas would name them "Unnamed: k"
                 raise SSGPError(f"data file '{path}': column {', '.join(map(str, blank))} of the "
                                 "header has no name")
-            dup = duplicates(header)
-            if dup:
-                raise SSGPError(f"data file '{path}' has duplicate column names: "
-                                f"{', '.join(map(repr, dup))}")
+            check_names(header, f"data file '{path}'")
             df = pd.read_csv(path, sep=sep, header=0, engine="c")
             if [str(c) for c in df.columns] != header:  # nothing renamed behind the user's back
                 raise SSGPError(f"data file '{path}': its header could not be read as written "
@@ -969,17 +987,8 @@ def _read_table(path: Path) -> pd.DataFrame:
 
 
 def _check_finite_array(x, y, where: str, feats: Sequence[str], tname: str) -> None:
+    """Data rows, and every value of inputs and target finite (:func:`check_finite`)."""
     if x.shape[0] == 0:
         raise SSGPError(f"data set {where} is empty (no rows)")
-    if np.isfinite(x).all() and np.isfinite(y).all():
-        return
-    parts = []
-    for j, c in enumerate((*feats, tname)):
-        col = x[:, j] if j < x.shape[1] else y
-        n_nan = int(np.isnan(col).sum())
-        n_inf = int(np.isinf(col).sum())
-        if n_nan or n_inf:
-            counts = [f"{k} {kind}" for k, kind in ((n_nan, "NaN"), (n_inf, "inf")) if k]
-            parts.append(f"column '{c}' has {' and '.join(counts)}")
-    raise SSGPError(f"non-finite values in {where}: " + "; ".join(parts))
+    check_finite(x, where, feats, y, tname)
 

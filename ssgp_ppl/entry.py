@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import stat
 import tomllib
 from dataclasses import dataclass
 from functools import cached_property, partial
@@ -24,6 +23,7 @@ import numpy as np
 from ssgp_ppl import likelihoods, spectral
 from ssgp_ppl import methods as _methods
 from ssgp_ppl.errors import SEED_MAX, SSGPError
+from ssgp_ppl.io import file_kind
 from ssgp_ppl.likelihoods import LIKELIHOODS
 from ssgp_ppl.methods.svi import SVI, guide_of
 from ssgp_ppl.model import PRIORS, ROLES, Hyper, SSGPSpec, ssgp_model
@@ -374,13 +374,9 @@ def _not_a_file(p: Path) -> str:
     """Why ``p``, which is not a regular file, is no catalog file."""
     if p.is_symlink() and not p.exists():
         return f"catalog file {p} is a symbolic link to nothing (broken, or a loop)"
-    if not p.exists():
-        return f"catalog file not found: {p}"
-    mode = p.stat().st_mode
-    what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or
-            stat.S_ISBLK(mode) else "not a regular file")
-    return f"catalog file {p} is {what}, not a TOML file"
+    what = file_kind(p)
+    return f"catalog file not found: {p}" if what is None else \
+        f"catalog file {p} is {what}, not a TOML file"
 
 
 def list_entries() -> list[str]:

@@ -39,15 +39,23 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISSOCK, "a socket"))
 
 
+def file_kind(path: str | Path) -> str | None:
+    """What ``path`` is ("a directory", "a FIFO (named pipe)", …) if it exists (through a link
+    too) and is not a regular file; None for a regular file or nothing there."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return next((text for test, text in _KINDS if test(mode)), "a special file")
+
+
 def check_target(path: str | Path) -> None:
     """One :class:`SSGPError` naming ``path`` if it exists (through a link too) and is not a
     regular file: an atomic write would replace it (a device, a FIFO, a directory) with a file."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:  # nothing there (or nothing to stat): the write itself reports any problem
-        return
-    if not stat.S_ISREG(mode):
-        what = next((text for test, text in _KINDS if test(mode)), "a special file")
+    what = file_kind(path)  # nothing there: the write itself reports any problem
+    if what is not None:
         raise SSGPError(f"cannot write {path}: it is {what}, not a regular file; give the path "
                         "of a file to write")
 

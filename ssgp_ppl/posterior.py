@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ssgp_ppl.datasets import Scaler, check_finite_rows, check_scaled_range, real_array
+from ssgp_ppl.datasets import Scaler, check_finite, check_scaled_range, real_array
 from ssgp_ppl.errors import SSGPError, check_seed, one_line
 from ssgp_ppl.partitions import Partitions
 from ssgp_ppl.predictive import (
@@ -36,7 +36,7 @@ from ssgp_ppl.predictive import (
     prediction,
     rule_from_state,
 )
-from ssgp_ppl.tables import TableEncoding
+from ssgp_ppl.tables import TableEncoding, frame
 
 if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.entry import CatalogEntry
@@ -220,7 +220,7 @@ class Posterior:
         check_test_inputs(np.zeros((1, self.n_features)), x_std)
         if len(x_std) == 0:
             raise SSGPError("predict: no rows to predict")
-        check_finite_rows(x_std, "predict: x_std", self.feature_names or None)
+        check_finite(x_std, "predict's x_std", self.feature_names or None, rows=True)
         check_scaled_range(x_std, "predict", self.feature_names or None)
         num = int(np.prod(next(iter(self.sites.values())).shape[:2])) if self.sites else 1
         return prediction(self.rule, self.entry.lik, x_std, self.y_scaler, seed=seed, num=num,
@@ -233,12 +233,12 @@ class Posterior:
         (counted from 0) and column."""
         seed = check_seed(seed)
         names = self.feature_names or None
-        if isinstance(x_new, pd.DataFrame):
-            x_new = _checked_frame(x_new, self.encoding)
         if isinstance(x_new, pd.DataFrame) and self.encoding is not None:  # as the training table
-            x_new = self.encoding.transform(x_new, "predict's DataFrame", target=False)[0]
+            x_new = self.encoding.transform(x_new, "predict's DataFrame", target=False,
+                                            dropna=None)[0]
             names = self.encoding.feature_names
         elif isinstance(x_new, pd.DataFrame):  # the training inputs' columns, by name
+            x_new = frame(x_new, "predict's DataFrame")
             missing = [c for c in self.feature_names if c not in x_new.columns]
             if missing or not self.feature_names:
                 raise SSGPError(f"predict: the DataFrame lacks the input columns {missing} the model "
@@ -258,9 +258,9 @@ class Posterior:
             cols = f": {', '.join(names)}" if names else ""
             raise SSGPError(f"predict: x_new has {x_new.shape[1]} columns but the model was built "
                             f"for {self.n_features} (the training inputs'{cols})"[:300])
-        check_finite_rows(x_new, "predict: x_new", names)
-        with np.errstate(over="ignore"):  # beyond float64: refused as out of range
-            x_std = self.x_scaler.transform(x_new)
+        check_finite(x_new, "predict's x_new", names, rows=True)
+        x_std = self.x_scaler.transform(x_new)
+        check_scaled_range(x_std, "predict", names)  # before x_std's check: overflow is range
         return self.predict_standardised(x_std, seed=seed, client=client, progress=progress)
 
     # ------------------------------------------------------------------ save / load
@@ -403,32 +403,6 @@ def _check_scaler(path: Path, arrays: dict, name: str, ndim: int) -> Scaler:
         raise SSGPError(f"{path}: {name}_scale: a saved scaler's scales must be finite and > 0, "
                         f"got {np.ravel(scale)[:4].tolist()}")
     return Scaler(mean, scale)
-
-
-def _checked_frame(df: pd.DataFrame, encoding: TableEncoding | None) -> pd.DataFrame:
-    """predict's DataFrame, its columns named as text; one SSGPError for duplicate names, and
-    (with a table encoding) naming the row and column of a missing value or of text in a numeric
-    input column."""
-    df = df.rename(columns=str)
-    cols = list(df.columns)
-    dup = sorted({c for c in cols if cols.count(c) > 1})
-    if dup:
-        raise SSGPError(f"predict: the DataFrame has duplicate column names: {', '.join(dup)}")
-    if encoding is None:
-        return df
-    used = [c for c, _, _ in encoding.columns if c in df.columns]  # an absent one: transform says
-    na = df[used].isna().to_numpy()
-    if na.any():
-        i, j = np.unravel_index(int(np.argmax(na)), na.shape)
-        raise SSGPError(f"predict: row {i}, column '{used[j]}' is missing ({int(na.sum())} missing "
-                        "values in all); every input must be given")
-    numeric = [c for c, kind, _ in encoding.columns if kind == "numeric" and c in df.columns]
-    if numeric:  # numbers held as objects are numbers
-        values = real_array(df[numeric], "predict: x_new")
-        df = df.copy()
-        for j, c in enumerate(numeric):
-            df[c] = values[:, j]
-    return df
 
 
 def load(path: str | Path, make_entry) -> Posterior:

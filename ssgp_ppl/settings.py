@@ -11,6 +11,7 @@ import math
 from typing import Any, NamedTuple
 
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.tables import duplicates
 
 
 def is_int(v) -> bool:
@@ -44,13 +45,8 @@ def check_value(f: Field, value, where: str) -> None:
     items = value if isinstance(value, list) else [value]
     if isinstance(value, list) and not value:
         raise SSGPError(f"{where}: must not be empty")
-    if isinstance(value, list) and f.choices is not None and len(value) > len(f.choices):
-        raise SSGPError(f"{where}: {len(value)} values, but there are only {len(f.choices)} to "
-                        f"choose from ({', '.join(map(str, f.choices))})")
-    if isinstance(value, list):
-        seen = [v for i, v in enumerate(value) if v in value[:i]]
-        if seen:
-            raise SSGPError(f"{where}: {seen[0]!r} is listed twice")
+    if isinstance(value, list) and any(isinstance(v, list | dict) for v in value):
+        raise SSGPError(f"{where}: expected a list of values, got a nested list or table")
     for v in items:
         if isinstance(v, float) and not math.isfinite(v):  # TOML and --set accept nan and inf
             raise SSGPError(f"{where}: must be a finite number, got {v!r}")
@@ -61,6 +57,9 @@ def check_value(f: Field, value, where: str) -> None:
             raise SSGPError(f"{where}: must be {op} {f.low:g}, got {v!r}")
         if f.high is not None and v > f.high:
             raise SSGPError(f"{where}: must be <= {f.high:g}, got {v!r}")
+    dup = duplicates(value) if isinstance(value, list) else []
+    if dup:
+        raise SSGPError(f"{where}: {dup[0]!r} is listed twice")
 
 
 def validate(raw: dict, schema: dict, prefix: str, src: str) -> dict:

@@ -34,9 +34,24 @@ def check_width(count: int, where: str) -> None:
                         "(select the input columns in a smaller file)")
 
 
-def duplicates(names) -> list[str]:
-    """The names that occur more than once in ``names``, sorted (linear in their number)."""
-    return sorted(c for c, k in Counter(names).items() if k > 1)
+def duplicates(names) -> list:
+    """The names (hashable values) that occur more than once in ``names``, each once, in the order
+    of their first occurrence; linear in their number."""
+    return [c for c, k in Counter(names).items() if k > 1]
+
+
+def check_names(names, where: str) -> None:
+    """One SSGPError if a column name occurs more than once."""
+    dup = duplicates(names)
+    if dup:
+        raise SSGPError(f"{where} has duplicate column names: {', '.join(map(repr, dup))}")
+
+
+def frame(df: pd.DataFrame, where: str) -> pd.DataFrame:
+    """``df`` with its column names as text, none of them twice."""
+    df = df.rename(columns=str)
+    check_names(df.columns, where)
+    return df
 
 
 @dataclass(frozen=True)
@@ -60,7 +75,7 @@ class TableOptions:
         if self.inputs is not None and self.drop:
             raise SSGPError("give the input columns (inputs) or the columns to drop, not both")
         for flag, cols in (("inputs", self.inputs or ()), ("drop", self.drop)):
-            dup = list(dict.fromkeys(c for i, c in enumerate(cols) if c in cols[:i]))
+            dup = duplicates(cols)
             if dup:
                 raise SSGPError(f"--{flag}: column {', '.join(map(repr, dup))} is listed twice")
 
@@ -100,21 +115,27 @@ class TableEncoding:
         return tuple(out)
 
     def transform(self, df: pd.DataFrame, where: str, *, target: bool = True,
-                  dropna: bool = False) -> tuple[np.ndarray, np.ndarray | None, int]:
-        """(x (n, d), y (n,) or None, rows dropped) of another table with this encoding."""
-        df = df.rename(columns=str)
+                  dropna: bool | None = False) -> tuple[np.ndarray, np.ndarray | None, int]:
+        """(x (n, d), y (n,) or None, rows dropped) of another table with this encoding.
+        ``dropna``: drop the rows with a missing value; False: refuse them, naming --dropna;
+        None: refuse them (the caller has no such option). A value that is not a number in a
+        numeric column is named by its row and column."""
+        df = frame(df, where)
         need = [c for c, _, _ in self.columns] + ([self.target] if target else [])
         missing = [c for c in need if c not in df.columns]
         if missing:
             what = "columns" if self.target in missing else "input columns"
             raise SSGPError(f"{where} lacks the {what} {', '.join(missing)} the model was "
                             "fitted on")
-        df, dropped = _missing(df[need], need, where, dropna)
+        numeric = [(c, "input column") for c, kind, _ in self.columns if kind == "numeric"]
+        numeric += [(self.target, "target")] if target else []
+        df = df[need].assign(**{c: _numeric(df[c], c, where, what) for c, what in numeric})
+        df, dropped = _missing(df, need, where, dropna)
         parts = []
         for name, kind, cats in self.columns:
             col = df[name]
             if kind == "numeric":
-                parts.append(_numeric(col, name, where)[:, None])
+                parts.append(col.to_numpy()[:, None])
             elif kind == "date":
                 parts.append(_days(col, name, where)[:, None])
             else:
@@ -125,7 +146,7 @@ class TableEncoding:
                                     f"{', '.join(unseen[:5])}{' …' if len(unseen) > 5 else ''}")
                 parts.append((values.to_numpy()[:, None] == np.asarray(cats)[None]).astype(float))
         x = np.concatenate(parts, axis=1) if parts else np.zeros((len(df), 0))
-        y = _numeric(df[self.target], self.target, where, "target") if target else None
+        y = df[self.target].to_numpy() if target else None
         return np.ascontiguousarray(x), y, dropped
 
     def to_json(self) -> str:
@@ -155,11 +176,8 @@ def prepare(df: pd.DataFrame, target: str | None, options: TableOptions, where: 
     """Fit the encoding on ``df``: ``(x, y, encoding, record)``, where ``record`` says what was
     done (options, rows dropped, encoded columns) for run.json and the DataTree's attributes."""
     check_width(df.shape[1], where)
-    df = df.rename(columns=str)
+    df = frame(df, where)
     cols = list(df.columns)
-    dup = duplicates(cols)
-    if dup:
-        raise SSGPError(f"{where} has duplicate column names: {', '.join(dup)}")
     if df.shape[1] == 0 or df.shape[0] == 0:
         raise SSGPError(f"{where} is empty (no data rows)")
     target = cols[-1] if target is None else target
@@ -178,17 +196,14 @@ def prepare(df: pd.DataFrame, target: str | None, options: TableOptions, where: 
         [c for c in cols if c != target and c not in drop]
     if not inputs:
         raise SSGPError(f"{where} has no input columns besides target '{target}'")
-    kinds = []
-    for c in inputs:
-        kinds.append(_kind(df[c], c, where, options))
-    encoding = TableEncoding(tuple((c, k, ()) for c, k in zip(inputs, kinds, strict=True)), target)
-    used, dropped = _missing(df[[*inputs, target]], [*inputs, target], where, options.dropna)
-    if used.empty:
+    kinds = [_kind(df[c], c, where, options) for c in inputs]
+    kept = df[df[[*inputs, target]].notna().all(axis=1)]  # the categories of the rows used
+    encoding = TableEncoding(tuple(
+        (c, k, tuple(sorted(set(kept[c].astype(str)))) if k == "onehot" else ())
+        for c, k in zip(inputs, kinds, strict=True)), target)
+    x, y, dropped = encoding.transform(df, where, dropna=options.dropna)
+    if not len(x):
         raise SSGPError(f"{where}: no rows left after dropping those with missing values")
-    encoding = dataclasses.replace(encoding, columns=tuple(
-        (c, k, tuple(sorted(set(used[c].astype(str)))) if k == "onehot" else ())
-        for c, k, _ in encoding.columns))
-    x, y, _ = encoding.transform(used, where)
     record = {"options": dataclasses.asdict(options), "rows_dropped": dropped,
               "columns": {c: k for c, k, _ in encoding.columns if k != "numeric"}}
     return x, y, encoding, record
@@ -222,9 +237,9 @@ def _parses_as_dates(col: pd.Series) -> bool:
     return True
 
 
-def _missing(df: pd.DataFrame, cols: list[str], where: str, dropna: bool):
+def _missing(df: pd.DataFrame, cols: list[str], where: str, dropna: bool | None):
     """``df`` without its rows with a missing value (``dropna``), else an error naming the
-    columns and counts; also (the rows dropped)."""
+    columns and counts and the first; also (the rows dropped)."""
     na = df[cols].isna()
     if not na.to_numpy().any():
         return df, 0
@@ -233,16 +248,30 @@ def _missing(df: pd.DataFrame, cols: list[str], where: str, dropna: bool):
         return df[keep], int((~keep).sum())
     counts = na.sum()
     parts = [f"'{c}' {int(k)}" for c, k in counts.items() if k]
-    raise SSGPError(f"{where}: missing values (column and count: {', '.join(parts)}); use "
-                    "--dropna (dropna=True) to drop those rows")
+    i, j = np.unravel_index(int(np.argmax(na.to_numpy())), na.shape)
+    advice = "every input must be given" if dropna is None else \
+        "use --dropna (dropna=True) to drop those rows"
+    raise SSGPError(f"{where}: missing values (column and count: {', '.join(parts)}); {advice} "
+                    f"(the first: row {i}, column '{cols[j]}' is missing)")
 
 
-def _numeric(col: pd.Series, name: str, where: str, what: str = "input column") -> np.ndarray:
+def _numeric(col: pd.Series, name: str, where: str, what: str) -> pd.Series:
+    """``col`` as float64; numbers held as objects (or text) count, anything else there is named
+    by its row."""
+    if col.dtype == object or isinstance(col.dtype, pd.StringDtype):
+        values = pd.to_numeric(col, errors="coerce")
+        bad = (values.isna() & col.notna()).to_numpy()
+        if bad.any():
+            i = int(np.argmax(bad))
+            v = col.iloc[i]
+            raise SSGPError(f"{where}: row {i}, column '{name}' holds {type(v).__name__} {v!r}, "
+                            "not a number"[:300])
+        col = values
     if not (pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)):
         raise SSGPError(f"{what} '{name}' in {where} is not numeric")
     if pd.api.types.is_complex_dtype(col):
         raise SSGPError(f"{what} '{name}' in {where} holds complex numbers; give real numbers")
-    return col.to_numpy(dtype=np.float64)
+    return col.astype(np.float64)
 
 
 def _days(col: pd.Series, name: str, where: str) -> np.ndarray:

@@ -181,6 +181,11 @@ def test_inverse_std_scales_only():
     np.testing.assert_allclose(ds.y_scaler.transform(ds.y_scaler.inverse(s)), s)
 
 
+def test_a_transform_beyond_float64_is_inf_without_a_warning():
+    scaler = D.Scaler(np.zeros(2), np.array([1e-300, 1.0]))
+    np.testing.assert_array_equal(scaler.transform(np.array([[1e300, 1e300]])), [[np.inf, 1e300]])
+
+
 def test_extra_noise_inputs():
     base = D.load("pendulum", 5)
     ds = D.load("pendulum", 5, extra_noise_inputs=10)
@@ -430,6 +435,19 @@ def test_error_inf(tmp_path):
     with pytest.raises(SSGPError) as e:
         D.load(p)
     assert "column 'b' has 2 inf" in one_line_error(e)
+
+
+def test_non_finite_values_are_counted_per_column_and_the_first_is_placed():
+    x = np.array([[0.0, 1.0], [np.inf, np.nan], [2.0, -np.inf]])
+    y = np.array([0.0, 1.0, np.nan])
+    with pytest.raises(SSGPError) as e:
+        D.check_finite(x, "t", ["a", "b"], y, "y", rows=True)
+    assert one_line_error(e) == ("non-finite values in t: column 'a' has 1 inf; column 'b' has 1 "
+                                 "NaN and 1 inf; column 'y' has 1 NaN (the first: row 1, column "
+                                 "'a' is inf)")
+    with pytest.raises(SSGPError, match=r"in t: column 0 has 1 inf; column 1 has 1 NaN and 1 inf$"):
+        D.check_finite(x, "t")  # no names: columns by number
+    D.check_finite(x[:1], "t", ["a", "b"], y[:1])
 
 
 def test_error_text_column(tmp_path):

@@ -117,3 +117,16 @@ def test_a_target_that_is_not_a_regular_file_is_refused_and_left_as_it_was(tmp_p
         assert str(target) in msg and words in msg and "not a regular file" in msg and "\n" not in msg
     assert os.stat(target).st_mode == before and not stat.S_ISREG(before)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_file_kind_names_what_is_not_a_regular_file(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "link").symlink_to(tmp_path / "pipe")
+    (tmp_path / "broken").symlink_to(tmp_path / "nothing")
+    kinds = {p: io.file_kind(tmp_path / p) for p in ("file", "dir", "pipe", "link", "broken",
+                                                     "nothing")}
+    assert kinds == {"file": None, "dir": "a directory", "pipe": "a FIFO (named pipe)",
+                     "link": "a FIFO (named pipe)", "broken": None, "nothing": None}
+

@@ -12,7 +12,7 @@ import xarray as xr
 import ssgp_ppl
 from ssgp_ppl.datasets import load
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.tables import TableOptions, prepare
+from ssgp_ppl.tables import TableOptions, duplicates, prepare
 
 
 def table(n=120, seed=0) -> pd.DataFrame:
@@ -85,6 +85,37 @@ def test_repeated_header_is_refused(tmp_path):
     p.write_text("a,y,y\n1,2,3\n4,5,6\n7,8,9\n")
     with pytest.raises(SSGPError, match="duplicate column names: 'y'"):
         load(str(p), target="y")
+
+
+def test_duplicates_are_each_named_once_in_order_of_first_occurrence():
+    assert duplicates(["b", "a", "b", "c", "a", "b"]) == ["b", "a"]
+    assert duplicates([1, "1", 1.0]) == [1]  # 1 == 1.0; mixed types need no ordering
+    assert duplicates([f"c{i}" for i in range(200_000)] + ["c7"]) == ["c7"]
+
+
+def test_a_repeated_column_name_is_refused_in_options_and_dataframes():
+    with pytest.raises(SSGPError, match="--drop: column 'b', 'a' is listed twice"):
+        TableOptions.of(drop="b,a,b,a")
+    d = table(20)
+    twice = pd.concat([d, d[["x"]]], axis=1)
+    with pytest.raises(SSGPError, match="x has duplicate column names: 'x'"):
+        prepare(twice, "y", TableOptions(drop=("when", "colour")), "x")
+
+
+def test_a_value_that_is_not_a_number_is_named_by_row_and_column():
+    d = table(20).drop(columns=["when", "colour"])
+    enc = prepare(d, "y", TableOptions(), "train")[2]
+    held = d.astype({"x": object})  # numbers held as objects are numbers
+    np.testing.assert_array_equal(enc.transform(held, "new")[0], enc.transform(d, "new")[0])
+    held.loc[3, "x"] = "abc"
+    with pytest.raises(SSGPError, match="new: row 3, column 'x' holds str 'abc', not a number"):
+        enc.transform(held, "new")
+    y = d["y"].astype(object)
+    y[1], y[4] = None, "n/a"  # the row dropped for its missing value does not shift the row named
+    with pytest.raises(SSGPError, match="train: row 4, column 'y' holds str 'n/a'"):
+        prepare(d.assign(y=y), "y", TableOptions(dropna=True), "train")
+    with pytest.raises(SSGPError, match=r"'y' 1\); use --dropna .*\(the first: row 1, column 'y'"):
+        prepare(d.assign(y=y.where(y != "n/a", 0.0)), "y", TableOptions(), "train")
 
 
 def test_test_file_rows_are_the_test_set_and_predict_takes_a_dataframe(tmp_path):

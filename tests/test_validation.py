@@ -61,13 +61,13 @@ def _toml_directory(tmp_path):
     return str(tmp_path / "entry.toml")
 
 
-def _toml_fifo(tmp_path):
+def _fifo(tmp_path, name):
     import os
 
     if not hasattr(os, "mkfifo"):
         pytest.skip("no named pipes here")
-    os.mkfifo(tmp_path / "entry.toml")
-    return str(tmp_path / "entry.toml")
+    os.mkfifo(tmp_path / name)
+    return str(tmp_path / name)
 
 
 def _nan_inputs(tmp_path):
@@ -139,6 +139,8 @@ CASES = {
                                                                     for i in range(30))),
                    "--target", "y"], ["duplicate column names: 'y'"]),
     "data-is-a-directory": (lambda t: ["ssgp", "--data", str(t)], ["is a directory"]),
+    "data-is-a-fifo": (lambda t: ["ssgp", "--data", _fifo(t, "data.csv")],
+                       ["data.csv' is a FIFO (named pipe), not a data file"]),
     "data-symlink-loop": (lambda t: ["ssgp", "--data", _loop(t)], ["symbolic link to nothing"]),
     "m-absurd": (lambda t: ["ssgp", "--data", "pendulum", "--set", "m=9223372036854775807"],
                  ["model.m", "<= 100000"]),
@@ -161,12 +163,16 @@ CASES = {
     "catalog-method-twice": (lambda t: [_toml(t, BASE.replace('["ml"]', '["ml", "ml"]')),
                                         "--data", "pendulum"],
                              ["entry.toml: inference.methods: 'ml' is listed twice"]),
-    "catalog-methods-unbounded": (lambda t: [_toml(t, BASE.replace('["ml"]', str(["ml"] * 1000))),
+    "catalog-methods-unbounded": (lambda t: [_toml(t, BASE.replace('["ml"]',
+                                                                   str(["ml"] * 100_000))),
                                              "--data", "pendulum"],
-                                  ["inference.methods: 1000 values, but there are only"]),
+                                  ["entry.toml: inference.methods: 'ml' is listed twice"]),
+    "catalog-methods-nested": (lambda t: [_toml(t, BASE.replace('["ml"]', '[["ml"], ["ml"]]')),
+                                          "--data", "pendulum"],
+                               ["inference.methods: expected a list of values, got a nested"]),
     "catalog-is-a-directory": (lambda t: [_toml_directory(t), "--data", "pendulum"],
                                ["entry.toml is a directory, not a TOML file"]),
-    "catalog-is-a-fifo": (lambda t: [_toml_fifo(t), "--data", "pendulum"],
+    "catalog-is-a-fifo": (lambda t: [_fifo(t, "entry.toml"), "--data", "pendulum"],
                           ["entry.toml is a FIFO (named pipe), not a TOML file"]),
     "input-listed-twice": (lambda t: ["ssgp", "--data", _csv(t, _frame()), "--inputs", "x0,x1,x0"],
                            ["--inputs: column 'x0' is listed twice"]),
