@@ -216,21 +216,18 @@ class Posterior:
                              progress: bool = False) -> Prediction:
         """:meth:`predict` at inputs already in the model's standardised units."""
         seed = check_seed(seed)
-        x_std = real_array(x_std, "predict: x_std", self.feature_names or None)
+        names = self.feature_names or None
+        x_std = real_array(x_std, "predict: x_std", names)
         check_test_inputs(np.zeros((1, self.n_features)), x_std)
-        if len(x_std) == 0:
-            raise SSGPError("predict: no rows to predict")
-        check_finite_rows(x_std, "predict: x_std", self.feature_names or None)
-        check_scaled_range(x_std, "predict", self.feature_names or None)
-        num = int(np.prod(next(iter(self.sites.values())).shape[:2])) if self.sites else 1
-        return prediction(self.rule, self.entry.lik, x_std, self.y_scaler, seed=seed, num=num,
-                          client=client, progress=progress)
+        self._check_rows(x_std, "predict: x_std", names)
+        check_scaled_range(x_std, "predict: x_std", names)
+        return self._predict(x_std, seed, client, progress)
 
     def predict(self, x_new, *, seed: int = 0, client=None, progress: bool = False) -> Prediction:
         """The predictive of y* at ``x_new`` (n*, d) raw inputs in the training data's columns and
         units: mean, variance, one y* draw per posterior draw, ``interval(level)``; original units
-        of the target. A missing, non-numeric or infinite input is an error naming its row
-        (counted from 0) and column."""
+        of the target. A missing, non-numeric, infinite or out-of-range input is an error naming
+        its row (counted from 0) and column."""
         seed = check_seed(seed)
         names = self.feature_names or None
         if isinstance(x_new, pd.DataFrame):
@@ -258,10 +255,24 @@ class Posterior:
             cols = f": {', '.join(names)}" if names else ""
             raise SSGPError(f"predict: x_new has {x_new.shape[1]} columns but the model was built "
                             f"for {self.n_features} (the training inputs'{cols})"[:300])
-        check_finite_rows(x_new, "predict: x_new", names)
-        with np.errstate(over="ignore"):  # beyond float64: refused as out of range
+        self._check_rows(x_new, "predict: x_new", names)
+        with np.errstate(over="ignore"):  # a finite input beyond float64 once scaled: ±inf
             x_std = self.x_scaler.transform(x_new)
-        return self.predict_standardised(x_std, seed=seed, client=client, progress=progress)
+        check_scaled_range(x_std, "predict", names, raw=x_new)
+        return self._predict(x_std, seed, client, progress)
+
+    @staticmethod
+    def _check_rows(x, what: str, names) -> None:
+        """At least one row, every value finite."""
+        if len(x) == 0:
+            raise SSGPError("predict: no rows to predict")
+        check_finite_rows(x, what, names)
+
+    def _predict(self, x_std, seed: int, client, progress: bool) -> Prediction:
+        """The prediction at checked standardised inputs (:meth:`predict_standardised`)."""
+        num = int(np.prod(next(iter(self.sites.values())).shape[:2])) if self.sites else 1
+        return prediction(self.rule, self.entry.lik, x_std, self.y_scaler, seed=seed, num=num,
+                          client=client, progress=progress)
 
     # ------------------------------------------------------------------ save / load
 
