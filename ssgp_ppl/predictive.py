@@ -475,13 +475,14 @@ class SiteRule:
         xt = None if self.x_train is None else jnp.asarray(self.x_train)
         yt = None if self.y_train is None else jnp.asarray(self.y_train)
         xs = jnp.asarray(x)
-        count, n = len(next(iter(self.sites.values()))), len(x)
+        sites = {k: jnp.asarray(v) for k, v in self.sites.items()}  # on the device once
+        count, n = len(next(iter(sites.values()))), len(x)
         batch = chunk_rows(n, count)  # draws per call
         out = None
         for a in range(0, count, batch):
             b = min(count, a + batch)
             pick = np.minimum(np.arange(a, a + batch), count - 1)  # the last batch padded: one shape
-            part = {k: jnp.asarray(v)[pick] for k, v in self.sites.items()}
+            part = {k: v[pick] for k, v in sites.items()}
             mean_f, var_f = (np.asarray(v)[: b - a]
                              for v in predict_draws(self.kind, part, xt, yt, xs, local))
             if out is None:
