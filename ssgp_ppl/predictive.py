@@ -394,13 +394,6 @@ class _YDraws:
                           np.float64)
 
 
-def predictive_draws(lik, moments: Moments, seed: int, num: int = 1) -> np.ndarray:
-    """y* draws (model units) (W, n*), one per draw of ``moments`` (W = ``num`` when there is one
-    draw, a closed-form predictive): f ~ N(mean_f, var_f), y* ~ p(y | f) (noise included by the
-    likelihood or, where ``moments.noise`` is None, already in var_f)."""
-    return _YDraws(lik, seed)(moments, num, 0)
-
-
 def prediction(rule, lik, x_std, y_scaler, *, seed: int = 0, num: int = 1, client=None,
                progress: bool = False) -> Prediction:
     """The predictive of y* at standardised inputs under ``rule`` and the likelihood ``lik``, in
@@ -675,5 +668,5 @@ def _rule_from_state(arrays: dict, attrs: dict):
 
 
 __all__ = ["RULES", "LocalResult", "Moments", "Prediction", "SiteRule", "NCVMPRule", "StackedRule",
-           "LocalFitsRule", "y_moments", "predict_draws", "prediction", "predict_sites", "predictive_draws",
+           "LocalFitsRule", "y_moments", "predict_draws", "prediction", "predict_sites",
            "check_test_inputs", "loo_predictive", "rule_from_state", "STATE_ARRAYS"]
