@@ -534,14 +534,19 @@ def real_array(a, what: str, columns=None) -> np.ndarray:
 X_SCALED_MAX = 1e30  # scaled inputs beyond this leave float32's range (3.4e38) in the features
 
 
-def check_scaled_range(x_scaled: np.ndarray, what: str, columns=None) -> None:
+def check_scaled_range(x_scaled: np.ndarray, what: str, columns=None, raw=None) -> None:
     """One SSGPError naming the row and column of the first scaled input (standardised units:
-    the training inputs' spread is about 1) beyond :data:`X_SCALED_MAX`."""
+    the training inputs' spread is about 1) beyond :data:`X_SCALED_MAX`, and its value in ``raw``
+    (the inputs before scaling) where given; an input whose scaling overflowed counts as beyond."""
     far = np.abs(x_scaled) > X_SCALED_MAX
     if far.any():
         first, at = _first(far, columns)
-        raise SSGPError(f"{what}: {at} lies {abs(float(x_scaled[first])):.3g} times the training "
-                        f"inputs' spread from their centre; the model computes up to "
+        dist = abs(float(x_scaled[first]))
+        times = f"{dist:.3g} times" if np.isfinite(dist) else \
+            f"more than {np.finfo(np.float64).max:.3g} times"
+        lies = "lies" if raw is None else f"is {float(raw[first]):.6g},"
+        raise SSGPError(f"{what}: {at} {lies} {times} the training inputs' spread from their "
+                        f"centre; the model computes up to "
                         f"{X_SCALED_MAX:g}")
 
 

@@ -216,21 +216,18 @@ class Posterior:
                              progress: bool = False) -> Prediction:
         """:meth:`predict` at inputs already in the model's standardised units."""
         seed = check_seed(seed)
-        x_std = real_array(x_std, "predict: x_std", self.feature_names or None)
+        names = self.feature_names or None
+        x_std = real_array(x_std, "predict: x_std", names)
         check_test_inputs(np.zeros((1, self.n_features)), x_std)
-        if len(x_std) == 0:
-            raise SSGPError("predict: no rows to predict")
-        check_finite(x_std, "predict's x_std", self.feature_names or None, rows=True)
-        check_scaled_range(x_std, "predict", self.feature_names or None)
-        num = int(np.prod(next(iter(self.sites.values())).shape[:2])) if self.sites else 1
-        return prediction(self.rule, self.entry.lik, x_std, self.y_scaler, seed=seed, num=num,
-                          client=client, progress=progress)
+        self._check_rows(x_std, "predict's x_std", names)
+        check_scaled_range(x_std, "predict: x_std", names)
+        return self._predict(x_std, seed, client, progress)
 
     def predict(self, x_new, *, seed: int = 0, client=None, progress: bool = False) -> Prediction:
         """The predictive of y* at ``x_new`` (n*, d) raw inputs in the training data's columns and
         units: mean, variance, one y* draw per posterior draw, ``interval(level)``; original units
-        of the target. A missing, non-numeric or infinite input is an error naming its row
-        (counted from 0) and column."""
+        of the target. A missing, non-numeric, infinite or out-of-range input is an error naming
+        its row (counted from 0) and column."""
         seed = check_seed(seed)
         names = self.feature_names or None
         if isinstance(x_new, pd.DataFrame) and self.encoding is not None:  # as the training table
@@ -258,10 +255,23 @@ class Posterior:
             cols = f": {', '.join(names)}" if names else ""
             raise SSGPError(f"predict: x_new has {x_new.shape[1]} columns but the model was built "
                             f"for {self.n_features} (the training inputs'{cols})"[:300])
-        check_finite(x_new, "predict's x_new", names, rows=True)
-        x_std = self.x_scaler.transform(x_new)
-        check_scaled_range(x_std, "predict", names)  # before x_std's check: overflow is range
-        return self.predict_standardised(x_std, seed=seed, client=client, progress=progress)
+        self._check_rows(x_new, "predict's x_new", names)
+        x_std = self.x_scaler.transform(x_new)  # a finite input beyond float64 once scaled: ±inf
+        check_scaled_range(x_std, "predict", names, raw=x_new)
+        return self._predict(x_std, seed, client, progress)
+
+    @staticmethod
+    def _check_rows(x, what: str, names) -> None:
+        """At least one row, every value finite (the first bad one named by row and column)."""
+        if len(x) == 0:
+            raise SSGPError("predict: no rows to predict")
+        check_finite(x, what, names, rows=True)
+
+    def _predict(self, x_std, seed: int, client, progress: bool) -> Prediction:
+        """The prediction at checked standardised inputs (:meth:`predict_standardised`)."""
+        num = int(np.prod(next(iter(self.sites.values())).shape[:2])) if self.sites else 1
+        return prediction(self.rule, self.entry.lik, x_std, self.y_scaler, seed=seed, num=num,
+                          client=client, progress=progress)
 
     # ------------------------------------------------------------------ save / load
 

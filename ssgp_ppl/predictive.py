@@ -394,13 +394,6 @@ class _YDraws:
                           np.float64)
 
 
-def predictive_draws(lik, moments: Moments, seed: int, num: int = 1) -> np.ndarray:
-    """y* draws (model units) (W, n*), one per draw of ``moments`` (W = ``num`` when there is one
-    draw, a closed-form predictive): f ~ N(mean_f, var_f), y* ~ p(y | f) (noise included by the
-    likelihood or, where ``moments.noise`` is None, already in var_f)."""
-    return _YDraws(lik, seed)(moments, num, 0)
-
-
 def prediction(rule, lik, x_std, y_scaler, *, seed: int = 0, num: int = 1, client=None,
                progress: bool = False) -> Prediction:
     """The predictive of y* at standardised inputs under ``rule`` and the likelihood ``lik``, in
@@ -475,13 +468,14 @@ class SiteRule:
         xt = None if self.x_train is None else jnp.asarray(self.x_train)
         yt = None if self.y_train is None else jnp.asarray(self.y_train)
         xs = jnp.asarray(x)
-        count, n = len(next(iter(self.sites.values()))), len(x)
+        sites = {k: jnp.asarray(v) for k, v in self.sites.items()}  # on the device once
+        count, n = len(next(iter(sites.values()))), len(x)
         batch = chunk_rows(n, count)  # draws per call
         out = None
         for a in range(0, count, batch):
             b = min(count, a + batch)
             pick = np.minimum(np.arange(a, a + batch), count - 1)  # the last batch padded: one shape
-            part = {k: jnp.asarray(v)[pick] for k, v in self.sites.items()}
+            part = {k: v[pick] for k, v in sites.items()}
             mean_f, var_f = (np.asarray(v)[: b - a]
                              for v in predict_draws(self.kind, part, xt, yt, xs, local))
             if out is None:
@@ -674,5 +668,5 @@ def _rule_from_state(arrays: dict, attrs: dict):
 
 
 __all__ = ["RULES", "LocalResult", "Moments", "Prediction", "SiteRule", "NCVMPRule", "StackedRule",
-           "LocalFitsRule", "y_moments", "predict_draws", "prediction", "predict_sites", "predictive_draws",
+           "LocalFitsRule", "y_moments", "predict_draws", "prediction", "predict_sites",
            "check_test_inputs", "loo_predictive", "rule_from_state", "STATE_ARRAYS"]

@@ -17,7 +17,6 @@ GUIDE_PARAMS_LOUD = 10_000_000  # above this a fit says how large its guide is
 # and the scores' temporaries (measured: 8.7 of them in float32, 10.7 in float64), besides the
 # prediction's working set (ssgp_ppl.predictive.PREDICT_BUDGET)
 TEST_ARRAYS = 11
-POINT_METHODS = ("ml", "local")  # one draw: a point estimate, the local fits' closed form
 
 
 class Needs(NamedTuple):
@@ -31,25 +30,13 @@ class Needs(NamedTuple):
 
 def draws(entry, method: str, n: int) -> int:
     """The posterior draws S a fit predicts with (its test arrays are S × n*): a multi-path
-    mixture's :data:`~ssgp_ppl.paths.MIXTURE_DRAWS`, a sampler's chains × samples, one for a point
-    estimate, else the entry's predictive samples, raised to
-    :data:`~ssgp_ppl.datatree.LOO_MIN_DRAWS` where the fit keeps a pointwise log-likelihood of
-    its n training rows."""
+    mixture's :data:`~ssgp_ppl.paths.MIXTURE_DRAWS`, else the method's own count
+    (:meth:`~ssgp_ppl.methods.base.Method.draws`) for n training rows."""
     from ssgp_ppl import methods
-    from ssgp_ppl.datatree import LOGLIK_MAX_VALUES, LOO_MIN_DRAWS
-    from ssgp_ppl.methods.base import PosteriorSampler
     from ssgp_ppl.paths import MIXTURE_DRAWS
 
     m = methods.get(method)
-    if m.paths(entry)[0] > 1:
-        return MIXTURE_DRAWS
-    if isinstance(m, PosteriorSampler):
-        s = m.settings(entry)
-        return int(s.chains * s.samples)
-    if m.name in POINT_METHODS:
-        return 1
-    num = int(entry.config["predictive"]["samples"])
-    return max(num, LOO_MIN_DRAWS) if max(num, LOO_MIN_DRAWS) * n <= LOGLIK_MAX_VALUES else num
+    return MIXTURE_DRAWS if m.paths(entry)[0] > 1 else m.draws(entry, n)
 
 
 def estimate(entry, n: int, d: int, n_test: int, method: str) -> Needs:

@@ -251,11 +251,12 @@ def test_predict_refuses_bad_inputs_naming_row_and_column(tiny_post):
         tiny_post.predict(pd.DataFrame([[1.0, 2.0, 3.0]], columns=["a", "b", "a"]))
     with pytest.raises(SSGPError, match=r"row 1, column 'a' is missing"):
         tiny_post.predict(pd.DataFrame({"a": [1.0, None], "b": [0.0, 1.0]}))
-    with pytest.raises(SSGPError, match=r"row 0, column 'a' lies .* the model computes up to"):
+    with pytest.raises(SSGPError, match=r"row 0, column 'a' is 1e\+300, .* times .* computes up to"):
         tiny_post.predict(np.array([[1e300, 0.0]]))
     narrow = tiny_post.replace(x_scaler=tiny_post.x_scaler._replace(
         scale=tiny_post.x_scaler.scale * 1e-20))  # 1e300 / 1e-20 overflows float64
-    with pytest.raises(SSGPError, match=r"row 0, column 'a' lies inf .* the model computes up to"):
+    with pytest.raises(SSGPError, match=r"row 0, column 'a' is 1e\+300, more than 1.8e\+308 times "
+                       r".* the model computes up to"):
         narrow.predict(np.array([[1e300, 0.0]]))
 
 

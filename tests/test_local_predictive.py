@@ -266,18 +266,55 @@ def test_prediction_in_tiny_chunks_equals_one_shot(x64, problem, monkeypatch, ki
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
-def test_stacked_rule_cycles_each_paths_draws(x64, problem):
+def _spy(monkeypatch):
+    """Record the (draws, rows) shape of each call of predict_draws (the rule on a batch of
+    draws) and of y_moments (the y* moments of a chunk of rows) in ``P``."""
+    calls = {"predict_draws": [], "y_moments": []}
+    draws, moments = P.predict_draws, P.y_moments
+
+    def predict_draws(*args, **kwargs):
+        out = draws(*args, **kwargs)
+        calls["predict_draws"].append(np.shape(out[0]))
+        return out
+
+    def y_moments(lik, mean_f, *args, **kwargs):
+        calls["y_moments"].append(np.shape(mean_f))
+        return moments(lik, mean_f, *args, **kwargs)
+
+    monkeypatch.setattr(P, "predict_draws", predict_draws)
+    monkeypatch.setattr(P, "y_moments", y_moments)
+    return calls
+
+
+def _assert_same_prediction(got, want):
+    for name in ("mean", "var", "mean_f", "var_f", "var_y", "draws"):
+        assert getattr(got, name).shape == getattr(want, name).shape, name
+        np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-10, atol=1e-12,
+                                   err_msg=name)
+
+
+def test_stacked_rule_cycles_each_paths_draws(x64, problem, monkeypatch):
     """A mixture of rules repeats path k's draws to its count (draw j mod S_k), as in one
-    concatenation, and predicts the same in tiny chunks."""
+    concatenation, and predicts the same one draw and one row at a time."""
     x, _, x_test, _, _, _ = problem
     a = P.SiteRule("degenerate", _draw_sites(3, x.shape[1], seed=6))
     b = P.SiteRule("degenerate", _draw_sites(2, x.shape[1], seed=7))
-    mom = P.StackedRule((a, b), (7, 4)).moments(x_test)
+    stacked = P.StackedRule((a, b), (7, 4))
+    mom = stacked.moments(x_test)
     ma, mb = a.moments(x_test), b.moments(x_test)
     for field in ("mean_f", "var_f", "noise"):
         want = np.concatenate([getattr(ma, field)[np.resize(np.arange(3), 7)],
                                getattr(mb, field)[np.resize(np.arange(2), 4)]])
         np.testing.assert_array_equal(getattr(mom, field), want)
+    scaler = Scaler(np.asarray(0.5), np.asarray(2.0))
+    calls = _spy(monkeypatch)
+    whole = P.prediction(stacked, likelihoods.GAUSSIAN, x_test, scaler, seed=3)
+    assert calls == {"predict_draws": [(3, N_TEST), (2, N_TEST)], "y_moments": [(11, N_TEST)]}
+    calls["predict_draws"].clear(), calls["y_moments"].clear()
+    monkeypatch.setattr(P, "PREDICT_BUDGET", 1)
+    chunked = P.prediction(stacked, likelihoods.GAUSSIAN, x_test, scaler, seed=3)
+    assert calls == {"predict_draws": [(1, N_TEST)] * 5, "y_moments": [(11, 1)] * N_TEST}
+    _assert_same_prediction(chunked, whole)
 
 
 def test_chunk_sizes_keep_the_working_set_within_the_budget():
@@ -294,9 +331,32 @@ def test_chunk_sizes_keep_the_working_set_within_the_budget():
     assert P.chunk_rows(draws, rows, budget=0) == 1  # at least one row whatever the budget
 
 
+def test_prediction_calls_the_rule_and_y_moments_on_chunks_within_the_budget(x64, problem,
+                                                                            monkeypatch):
+    """A 1 MiB budget on 40 draws × 2,000 rows: the rule runs on batches of draws (the device's
+    working set, which tracemalloc does not see) and the y* moments on chunks of rows, several
+    of each, every one holding WORK_ARRAYS (draws, rows) float64 arrays within the budget; the
+    numbers are those of one pass."""
+    x, y, _, _, _, _ = problem
+    rule = P.SiteRule("marginal", _draw_sites(40, x.shape[1], seed=9), x, y)
+    x_test = np.random.default_rng(1).uniform(-2, 2, (2000, x.shape[1]))
+    scaler = Scaler(np.asarray(0.5), np.asarray(2.0))
+    whole = P.prediction(rule, likelihoods.GAUSSIAN, x_test, scaler, seed=3)
+    budget = 2**20
+    monkeypatch.setattr(P, "PREDICT_BUDGET", budget)
+    calls = _spy(monkeypatch)
+    chunked = P.prediction(rule, likelihoods.GAUSSIAN, x_test, scaler, seed=3)
+    assert [s for s, _ in calls["predict_draws"]] == [5] * 8  # 40 draws, 5 per call
+    assert [r for _, r in calls["y_moments"]] == [273] * 7 + [89]  # 2,000 rows
+    for name, shapes in calls.items():
+        assert all(P.WORK_ARRAYS * s * r * 8 <= budget for s, r in shapes), (name, shapes)
+    _assert_same_prediction(chunked, whole)
+
+
 def test_prediction_peak_allocation_is_its_arrays_plus_the_budget(x64, problem, monkeypatch):
-    """Peak host allocation of a prediction of 200 draws × 20,000 rows (32 MB per per-draw
-    array) beyond the arrays it returns stays within a 4 MB budget and small change."""
+    """Peak host (numpy) allocation of a prediction of 200 draws × 20,000 rows (32 MB per
+    per-draw array) beyond the arrays it returns stays within a 4 MB budget and small change
+    (the device's buffers: the test above)."""
     import tracemalloc
 
     x, y, _, _, _, _ = problem

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 import ssgp_ppl
-from ssgp_ppl import methods
+from ssgp_ppl import methods, resources
 from ssgp_ppl.datasets import load
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.methods import common
 from ssgp_ppl.pipeline import fit, prerequisites
 from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
 from ssgp_ppl.report import SMALL_SETTINGS
@@ -78,6 +79,29 @@ def test_run_returns_a_posterior(fitted):
     assert post.metrics["rmse"] > 0 and np.isfinite(post.metrics["mnlp"])
     assert post.mean.shape == post.var.shape == (data.n_test,)
     assert "predictions" in post.datatree.children
+
+
+def test_the_memory_check_counts_the_draws_each_fit_predicts_with(fitted):
+    """resources.draws asks the method: as many as the test prediction's y* draws (svi: a
+    2-path mixture's 1,000; ncvmp: 20 samples raised to 100 for PSIS-LOO; nuts, smc: chains ×
+    samples; ml, local: one)."""
+    method, entry, data, post = fitted
+    want = {"ml": 1, "svi": 1000, "nuts": 60, "smc": 40, "ncvmp": 100, "local": 1}[method]
+    assert post.test.draws.shape == (resources.draws(entry, method, data.n_train), data.n_test)
+    assert resources.draws(entry, method, data.n_train) == want
+
+
+def test_ncvmp_keeps_its_samples_where_loo_draws_would_exceed_the_log_likelihood_cap(
+        table, monkeypatch):
+    """Where LOO_MIN_DRAWS draws × n rows exceed LOGLIK_MAX_VALUES, NCVMP predicts with the
+    entry's 20 samples (as the memory check counts) and keeps no densities for PSIS-LOO."""
+    name, sets = CASES["ncvmp"]
+    entry = load_entry(name).with_overrides(sets)
+    data = load(str(table[1]), target="y", x_scaling=entry.config["data"]["x_scaling"])
+    monkeypatch.setattr(common, "LOGLIK_MAX_VALUES", 50 * data.n_train)
+    post = fit(entry, data, "ncvmp", seed=0, progress=False)
+    assert post.test.draws.shape[0] == resources.draws(entry, "ncvmp", data.n_train) == 20
+    assert post.log_p is None
 
 
 def test_datatree_conventions(fitted):

@@ -5,6 +5,7 @@ saved file give the saved posterior back or one SSGPError line."""
 
 import json
 import os
+import re
 import resource
 import stat
 
@@ -64,6 +65,26 @@ def _one_line(e: SSGPError) -> str:
     msg = str(e)
     assert msg and "\n" not in msg
     return msg
+
+
+# --------------------------------------------------------------------------- predict's inputs
+@pytest.mark.parametrize("value, words", [
+    (1e308, r"is 1e\+308, 1.24e\+308 times"),
+    (1.7e308, r"is 1.7e\+308, more than 1.8e\+308 times"),  # overflows once scaled
+    (-1.7e308, r"is -1.7e\+308, more than 1.8e\+308 times")])
+def test_predict_names_the_row_column_and_value_of_an_input_out_of_range(saved, value, words):
+    """A finite input beyond the range the model computes is one error in the user's terms: its
+    row, column and value, however far its scaled value lies (float64 overflow included)."""
+    post, _, x = saved
+    bad = x[:4].copy()
+    bad[2, 1] = value
+    with pytest.raises(SSGPError) as err:
+        post.predict(bad)
+    msg = _one_line(err.value)
+    assert re.fullmatch(rf"predict: row 2, column 'x1' {words} the training inputs' spread from "
+                        r"their centre; the model computes up to 1e\+30", msg), msg
+    with pytest.raises(SSGPError, match=r"predict: x_std: row 1, column 'x0' lies 1e\+31 times"):
+        post.predict_standardised(np.array([[0.0, 0.0], [1e31, 0.0]]))
 
 
 # --------------------------------------------------------------------------- save's target

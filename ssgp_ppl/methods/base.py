@@ -113,6 +113,11 @@ class Method:
         """The guide it fits, where it fits one."""
         return None
 
+    def draws(self, entry: CatalogEntry, n: int) -> int:
+        """The posterior draws S a fit on n training rows predicts with (one run; a multi-path
+        mixture has :data:`~ssgp_ppl.paths.MIXTURE_DRAWS`): the entry's predictive samples."""
+        return int(entry.config["predictive"]["samples"])
+
     def run(self, entry: CatalogEntry, data: Dataset, *, seed: int = 0, steps: int | None = None,
             progress: bool = True, inputs: Handoff | None = None, checkpoint=None,
             client=None) -> Posterior:
@@ -135,3 +140,7 @@ class PosteriorSampler(Method):
 
     def requires(self, entry) -> tuple[str, ...]:
         return ("type2",) if entry.learned_sites else ()
+
+    def draws(self, entry, n: int) -> int:
+        s = self.settings(entry)
+        return int(s.chains * s.samples)

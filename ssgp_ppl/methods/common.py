@@ -18,7 +18,17 @@ from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
 from ssgp_ppl.predictive import SiteRule
 
 __all__ = ["LOGLIK_MAX_VALUES", "LOO_MIN_DRAWS", "by_chain", "spec_for", "partitions_for",
-           "site_rule", "with_nuisance", "finish"]
+           "site_rule", "with_nuisance", "finish", "loo_draws"]
+
+
+def loo_draws(entry, n: int) -> int | None:
+    """The draws of a VI fit on n training rows that keeps densities for PSIS-LOO: the entry's
+    predictive samples, at least :data:`LOO_MIN_DRAWS`; None where that many draws' pointwise
+    log-likelihood (draws × n values) would exceed :data:`LOGLIK_MAX_VALUES`. (Where the model
+    integrates s out, a Gaussian likelihood, s is drawn from its exact conditional: log p(θ, y) /
+    q(θ) is then the importance ratio of (θ, s).)"""
+    num = max(int(entry.config["predictive"]["samples"]), LOO_MIN_DRAWS)
+    return num if num * n <= LOGLIK_MAX_VALUES else None
 
 
 def spec_for(entry, data, inputs):

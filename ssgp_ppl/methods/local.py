@@ -35,6 +35,9 @@ class LocalMethod(Method):
     def objective_label(self, entry) -> str:
         return "elbo (NCVMP, per test point)"
 
+    def draws(self, entry, n: int) -> int:
+        return 1  # one closed-form predictive per test point
+
     def run(self, entry, data, *, seed=0, steps=None, progress=True, inputs=None, checkpoint=None,
             client=None) -> Posterior:
         s = self.settings(entry)

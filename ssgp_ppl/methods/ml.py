@@ -45,6 +45,9 @@ class MLMethod(Method):
     def objective_label(self, entry) -> str:
         return "marginal likelihood"
 
+    def draws(self, entry, n: int) -> int:
+        return 1  # the point estimate
+
     def run(self, entry, data, *, seed=0, steps=None, progress=True, inputs=None, checkpoint=None,
             client=None) -> Posterior:
         s = self.settings(entry)
@@ -56,7 +59,8 @@ class MLMethod(Method):
         res = run_svi(model, guide, data.x_train, data.y_train, s.schedule(steps), seed=seed,
                       progress=progress, desc=f"{entry.name}:ml", checkpoint=checkpoint)
         return common.finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
-                      partitions=partitions, seed=seed, num=1, densities=False, t0=t0)
+                      partitions=partitions, seed=seed, num=self.draws(entry, data.n_train),
+                      densities=False, t0=t0)
 
 
 ML = MLMethod()

@@ -86,6 +86,9 @@ class NCVMPMethod(Method):
         s = self.settings(entry)
         return s.paths, s.combine
 
+    def draws(self, entry, n: int) -> int:
+        return common.loo_draws(entry, n) or super().draws(entry, n)
+
     def path_starts(self, entry, data, count, *, seed=0, inputs):
         """Path k fits the k-th of §7's candidate spectral sets (the entry's own first)."""
         spec = common.spec_for(entry, data, None)
@@ -114,9 +117,8 @@ class NCVMPMethod(Method):
             jax.block_until_ready(res)
         fit_seconds = time.perf_counter() - t0
         t_loo = time.perf_counter()  # draws of q and their densities: LOO bookkeeping
-        num = entry.config["predictive"]["samples"]
-        num = max(num, common.LOO_MIN_DRAWS) if num * n <= common.LOGLIK_MAX_VALUES else num
-        small = num * n <= common.LOGLIK_MAX_VALUES  # densities where a log-likelihood will exist
+        num = self.draws(entry, n)
+        small = common.loo_draws(entry, n) is not None  # densities for PSIS-LOO
         draws = ncvmp.sample_q(jax.random.PRNGKey(seed + 1), res.state, n, spec.m, prior, num)
         model = entry.model(dataclasses.replace(spec, spectral_points=res.points))
         sites = site_values(model, {}, draws, x[:1])  # adds the deterministic frequencies

@@ -118,6 +118,9 @@ class SVIMethod(Method):
     def guide_label(self, entry) -> str:
         return self.settings(entry).guide
 
+    def draws(self, entry, n: int) -> int:
+        return common.loo_draws(entry, n) or super().draws(entry, n)
+
     def _setup(self, entry, data, inputs, seed):
         """(settings, spec, model, guide, loss, batching, partitions) of one fit."""
         s = self.settings(entry)
@@ -177,16 +180,10 @@ class SVIMethod(Method):
 
     def _finish(self, entry, data, setup, res, seed, t0) -> Posterior:
         s, spec, model, guide, _, _, partitions = setup
-        num = entry.config["predictive"]["samples"]
-        # densities for PSIS-LOO where a pointwise log-likelihood will exist
-        # (s is drawn from its exact conditional where the model integrates it out: log p(θ, y) /
-        # q(θ) is then the importance ratio of (θ, s))
-        dens = (spec.nuisance == "sampled" or spec.lik.name == "gaussian") and \
-            max(num, common.LOO_MIN_DRAWS) * data.n_train <= common.LOGLIK_MAX_VALUES
+        dens = common.loo_draws(entry, data.n_train) is not None  # densities for PSIS-LOO
         return common.finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
-                      partitions=partitions, seed=seed,
-                      num=max(num, common.LOO_MIN_DRAWS) if dens else num, densities=dens, t0=t0,
-                      objective=s.objective, beta=s.beta)
+                      partitions=partitions, seed=seed, num=self.draws(entry, data.n_train),
+                      densities=dens, t0=t0, objective=s.objective, beta=s.beta)
 
 
 SVI = SVIMethod()
