@@ -72,6 +72,17 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     for name, summ in peers["summary"].items():
         assert f"| {name} |" not in page and f"{summ['nmse']:.4g} ({summ['nmse_ratio']:.2f}×)" in page
     assert (site / "results" / "peers-nmse-time.png").stat().st_size > 10_000
+    # every archived comparison listed shows the verdict of the reference it was read against
+    from ssgp_ppl.report import REPORT_FORMAT
+
+    page = (site / "results" / "comparisons" / "index.html").read_text()
+    for comp in sorted((ROOT / "reports").glob("*/comparison.json")):
+        doc = json.loads(comp.read_text())
+        ref = next((m["reference"] for m in doc["methods"] if "reference" in m), None)
+        if doc.get("format") == REPORT_FORMAT and ref is not None:
+            want = ref.get("label") or ("computed here: " + ("CONVERGED" if ref["converged"]
+                                                             else "NOT CONVERGED"))
+            assert f"{doc['model']}</code></td>\n<td>{doc['dataset']}" in page and want in page
     mscan = json.loads((ROOT / "reports" / "mscan" / "mscan.json").read_text())
     page = (site / "results" / "m-scan" / "index.html").read_text()
     assert all(f"{r['nmse']:.3f} ({r['mnlp']:.2f})" in page for r in mscan["records"])
