@@ -173,12 +173,22 @@ def _nan_y_scale(meta, state):
     return state.assign(y_scaler_scale=state["y_scaler_scale"] * np.nan)
 
 
+def _zero_x_scale(meta, state):
+    return state.assign(x_scaler_scale=state["x_scaler_scale"] * 0.0)
+
+
+def _negative_y_scale(meta, state):
+    return state.assign(y_scaler_scale=-state["y_scaler_scale"])
+
+
 def _shift_x(meta, state):
     return state.assign(x_scaler_mean=state["x_scaler_mean"] + 0.5)
 
 
 EDITS = {"m": (_set_m, "model.m"), "density": (_set_density, "model.spectral_density"),
          "poisson": (_set_poisson, "poisson"), "nan_y_scale": (_nan_y_scale, "y_scaler_scale"),
+         "zero_x_scale": (_zero_x_scale, "x_scaler_scale"),
+         "negative_y_scale": (_negative_y_scale, "y_scaler_scale"),
          "shifted_x_scaler": (_shift_x, None)}
 
 
