@@ -13,6 +13,15 @@ from ssgp_ppl.linalg import JITTER, check_finite, cholesky, jitter_level
 from ssgp_ppl.model import marginal_log_likelihood
 
 
+def _in_float64(fn):
+    """``fn(np.float64)`` with JAX in float64; the previous float width is restored."""
+    previous = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", True)
+    try:
+        return fn(np.float64)
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+
 def _gram(n, m, ratio, dtype, duplicate=False, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 2))
@@ -76,12 +85,7 @@ def test_marginal_likelihood_with_duplicated_rows_and_tiny_noise_matches_float64
         phi = spectral.features(jnp.asarray(x, dtype), jnp.asarray(freqs, dtype))
         return float(marginal_log_likelihood(phi, jnp.asarray(y, dtype), *args))
 
-    previous = jax.config.read("jax_enable_x64")
-    jax.config.update("jax_enable_x64", True)
-    try:
-        ref = value(np.float64)
-    finally:
-        jax.config.update("jax_enable_x64", previous)
+    ref = _in_float64(value)
     got = value(np.float32)
     assert np.isfinite(got)
     assert abs(got - ref) < 1e-3 * abs(ref)
@@ -246,12 +250,7 @@ def test_float32_marginal_likelihood_never_exceeds_float64_as_the_noise_vanishes
         return np.array([float(marginal_log_likelihood(phi, jnp.asarray(y, dtype), 0.8, s))
                          for s in noises])
 
-    previous = jax.config.read("jax_enable_x64")
-    jax.config.update("jax_enable_x64", True)
-    try:
-        ref = values(np.float64)
-    finally:
-        jax.config.update("jax_enable_x64", previous)
+    ref = _in_float64(values)
     got = values(np.float32)
     assert not np.isnan(got).any() and np.isfinite(ref).all()
     assert (got <= ref + 1e-4 * np.abs(ref) + 1.0).all(), np.column_stack([noises, got, ref])
