@@ -117,7 +117,7 @@ def test_full_batch_cost_and_the_entries_it_skips(tmp_path):
     steps, ncvmp = "steps × paths × n × (2m)²", "iterations × n × m² × d²"
     assert cost["svbssgp_collapsed"] == [35000 * 1000 * 100**2, steps]  # 35,000 steps, m = 50
     assert cost["ssgp_svi"] == [25000 * 8 * 1000 * 20**2, steps]  # 25,000 steps, 8 paths, m = 10
-    assert cost["ssgp"] == [60000 * 1000 * 40**2, steps]
+    assert cost["ssgp"] == [100000 * 1000 * 40**2, steps]
     assert cost["tan_va"] == [(500 + 10 * 2) * 1000 * 20**2 * 8**2, ncvmp]  # max_iter + 10 × 2
     rec = doc["rec"]  # pendulum, 315 rows: 20000 × 315 × 100² = 6.3e10 > 1e9
     assert "nmse" not in rec
