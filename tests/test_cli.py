@@ -220,7 +220,7 @@ def test_x64_flag_computes_in_float64(tmp_path):
         out = tmp_path / f"run{len(flag)}"
         r = run("fit", "ssgp_svi", "--data", "pendulum", "--out", str(out), *flag, "--set", "m=5",
                 "--set", "svi.steps=50", "--set", "svi.min_steps=0", "--set", "samples=10",
-                "--no-progress")
+                "--set", "svi.paths=1", "--no-progress")
         assert r.returncode == 0, r.stderr
         dt = xr.open_datatree(out / "posterior.nc", engine="h5netcdf")
         assert dt["posterior"]["frequencies"].dtype == dtype

@@ -38,7 +38,7 @@ def data_files(draw):
 
 ENTRIES = {  # the three inference paths (marginal-likelihood Adam, SVI, NCVMP), examples for each
     "ssgp": (["ml.steps=200", "ml.min_steps=0", "m=8"], 8),
-    "ssgp_svi": (["svi.steps=200", "svi.min_steps=0", "m=8", "samples=20"], 3),
+    "ssgp_svi": (["svi.steps=200", "svi.min_steps=0", "m=8", "samples=20", "svi.paths=2"], 3),
     "tan_va": (["m=8", "restarts=2", "max_iter=50"], 3),
 }
 
