@@ -80,7 +80,7 @@ for name, res in results.items():
 # evidence a run would need the particle count and hours printed below. Against such a reference
 # a VI fit is read against the spread of the runs, pooled with equal weights, never against one
 # run; the label says so wherever it is used. (On Auto-MPG the same model's gold reference is
-# CONVERGED: see the Auto-MPG tutorial and the results pages.)
+# CONVERGED: see the results pages "Gold references" and "VI against the gold references".)
 
 # %%
 from ssgp_ppl import gold  # noqa: E402
