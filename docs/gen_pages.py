@@ -119,8 +119,7 @@ def results_pages() -> list[str]:
         peers_figure(f)
     from ssgp_ppl.report import REPORT_FORMAT
 
-    rows = ["| entry | data | method | NMSE | MNLP | 90% coverage | fit s | reference | report |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    sections = []
     for comp in sorted(ROOT.glob("reports/*/comparison.json")):
         doc = json.loads(comp.read_text())
         if doc.get("format") != REPORT_FORMAT:  # a layout without the reference's verdict
@@ -130,22 +129,24 @@ def results_pages() -> list[str]:
         if html.exists():
             with mkdocs_gen_files.open(f"results/reports/{comp.parent.name}.html", "w") as f:
                 f.write(html.read_text())
-            link = f"[report](reports/{comp.parent.name}.html)"
+            link = f" ([report](reports/{comp.parent.name}.html))"
         ref = next((m["reference"] for m in doc["methods"] if "reference" in m), None)
         verdict = "none" if ref is None else ref.get("label") or (
             "computed here: " + ("CONVERGED" if ref.get("converged") else "NOT CONVERGED"))
-        for m in doc["methods"]:
-            rows.append(f"| `{doc['model']}` | {doc['dataset']} | {m['method']} | "
-                        f"{m['nmse']:.4g} | {m['mnlp']:.4g} | {m['coverage_90']:.3f} | "
-                        f"{m['fit_seconds']:.1f} | {verdict} | {link} |")
+        sections += [f"## `{doc['model']}` on {doc['dataset']}{link}", "",
+                     f"Reference: {verdict}.", "",
+                     "| method | NMSE | MNLP | 90% coverage | fit s |", "| --- | --- | --- | --- | --- |"]
+        sections += [f"| {m['method']} | {m['nmse']:.4g} | {m['mnlp']:.4g} | "
+                     f"{m['coverage_90']:.3f} | {m['fit_seconds']:.1f} |" for m in doc["methods"]]
+        sections.append("")
     write("results/comparisons.md",
           "# Comparison reports\n\n`ssgp-ppl compare ENTRY --data pendulum|autompg` for each "
           "catalog entry (split 0; `benchmarks/comparisons.py`): every method of the entry and the "
-          "reference side by side. The reference column is the verdict every VI-vs-reference "
-          "distance in the report is read against: a stored gold reference with its label, or "
+          "reference side by side. Each comparison names the reference every VI-vs-reference "
+          "distance in its report is read against: a stored gold reference with its label, or "
           "the reference computed in the comparison with its own verdict. Each report holds the "
           "calibration plots, PSIS-LOO, the posterior comparison on the invariant quantities and "
-          "the reference's reasons.\n\n" + "\n".join(rows) + "\n")
+          "the reference's reasons.\n\n" + "\n".join(sections) + "\n")
     return written
 
 

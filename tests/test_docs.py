@@ -82,7 +82,8 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
         if doc.get("format") == REPORT_FORMAT and ref is not None:
             want = ref.get("label") or ("computed here: " + ("CONVERGED" if ref["converged"]
                                                              else "NOT CONVERGED"))
-            assert f"{doc['model']}</code></td>\n<td>{doc['dataset']}" in page and want in page
+            assert f"{doc['model']}</code> on {doc['dataset']}" in page
+            assert f"Reference: {want}." in page
     mscan = json.loads((ROOT / "reports" / "mscan" / "mscan.json").read_text())
     page = (site / "results" / "m-scan" / "index.html").read_text()
     assert all(f"{r['nmse']:.3f} ({r['mnlp']:.2f})" in page for r in mscan["records"])
