@@ -131,7 +131,7 @@ def results_pages() -> list[str]:
                 f.write(html.read_text())
             link = f" ([report](reports/{comp.parent.name}.html))"
         ref = next((m["reference"] for m in doc["methods"] if "reference" in m), None)
-        verdict = "none" if ref is None else ref.get("label") or (
+        verdict = "none (no latent variables: nothing to sample)" if ref is None else ref.get("label") or (
             "computed here: " + ("CONVERGED" if ref.get("converged") else "NOT CONVERGED"))
         sections += [f"## `{doc['model']}` on {doc['dataset']}{link}", "",
                      f"Reference: {verdict}.", "",
