@@ -546,8 +546,7 @@ def check_scaled_range(x_scaled: np.ndarray, what: str, columns=None, raw=None) 
             f"more than {np.finfo(np.float64).max:.3g} times"
         lies = "lies" if raw is None else f"is {float(raw[first]):.6g},"
         raise SSGPError(f"{what}: {at} {lies} {times} the training inputs' spread from their "
-                        f"centre; the model computes up to "
-                        f"{X_SCALED_MAX:g}")
+                        f"centre; the model computes up to {X_SCALED_MAX:g}")
 
 
 def check_finite(x: np.ndarray, where: str, columns=None, y=None, target: str = "y",

@@ -276,15 +276,11 @@ def test_settings_init_values_and_argument_types_are_checked(tiny_post, tmp_path
 
 
 def test_a_method_listed_twice_in_settings_is_one_error_even_a_million_times():
-    import time
-
     rng = np.random.default_rng(0)
     x = rng.normal(size=(20, 1))
-    for methods in (["ml", "ml"], ["ml"] * 1_000_000):
-        t0 = time.perf_counter()
+    for methods in (["ml", "ml"], ["ml"] * 1_000_000):  # a quadratic check would run for hours
         with pytest.raises(SSGPError, match=r"inference.methods: 'ml' is listed twice"):
             ssgp_ppl.fit("ssgp", x=x, y=np.sin(x[:, 0]), settings={"inference.methods": methods})
-        assert time.perf_counter() - t0 < 30  # linear: a quadratic check took hours
 
 
 def test_settings_are_data_never_toml_text():
