@@ -22,17 +22,26 @@ try:
 except _metadata.PackageNotFoundError:  # a source tree without the package installed
     __version__ = "0+unknown"
 
-_API = ("fit", "load", "catalog", "add_catalog")
+# public name -> (module, attribute), imported on first use
+_LAZY = {
+    "fit": ("ssgp_ppl.api", "fit"),
+    "load": ("ssgp_ppl.api", "load"),
+    "catalog": ("ssgp_ppl.api", "catalog"),
+    "add_catalog": ("ssgp_ppl.api", "add_catalog"),
+    "register_method": ("ssgp_ppl.methods", "register"),
+}
+_API = tuple(_LAZY)
 
 
 def __getattr__(name: str):
-    """``ssgp_ppl.fit``, ``load``, ``catalog`` and ``add_catalog`` (:mod:`ssgp_ppl.api`),
-    imported on first use so that ``import ssgp_ppl`` stays light (no JAX, NumPyro or ArviZ until
-    they are used)."""
-    if name in _API:
-        from ssgp_ppl import api
+    """The public API (``fit``, ``load``, ``catalog``, ``add_catalog``, the ``register_*``
+    functions of :mod:`ssgp_ppl.plugins`' registries), imported on first use so that
+    ``import ssgp_ppl`` stays light (no JAX, NumPyro or ArviZ until they are used)."""
+    if name in _LAZY:
+        import importlib
 
-        return getattr(api, name)
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'ssgp_ppl' has no attribute {name!r}")
 
 

@@ -9,7 +9,6 @@ place that compares method names. Adding a method = one module + one line below 
 
 from __future__ import annotations
 
-from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.methods.base import Method
 from ssgp_ppl.methods.local import LOCAL
 from ssgp_ppl.methods.ml import ML
@@ -17,27 +16,22 @@ from ssgp_ppl.methods.ncvmp import NCVMP
 from ssgp_ppl.methods.nuts import NUTS
 from ssgp_ppl.methods.smc import SMC
 from ssgp_ppl.methods.svi import SVI
+from ssgp_ppl.plugins import Registry
 
-REGISTRY: dict[str, Method] = {m.name: m for m in (ML, SVI, NUTS, SMC, NCVMP, LOCAL)}
+REGISTRY: Registry[Method] = Registry("method", Method, (ML, SVI, NUTS, SMC, NCVMP, LOCAL))
 
 
 def register(method: Method) -> Method:
     """Add ``method`` to the registry (a method defined outside this package: the catalog then
-    accepts its name in ``inference.methods`` and validates its ``[inference.<name>]`` table)."""
-    if not isinstance(method, Method):
-        raise SSGPError(f"register() takes a Method instance, got {type(method).__name__}")
-    if method.name in REGISTRY and REGISTRY[method.name] is not method:
-        raise SSGPError(f"a method named {method.name!r} is registered already")
-    REGISTRY[method.name] = method
-    return method
+    accepts its name in ``inference.methods`` and validates its ``[inference.<name>]`` table).
+    An installed package can instead declare it under the entry-point group ``ssgp_ppl.methods``
+    (:mod:`ssgp_ppl.plugins`)."""
+    return REGISTRY.register(method)
 
 
 def get(name: str) -> Method:
     """The method registered as ``name`` (one SSGPError listing the known ones otherwise)."""
-    try:
-        return REGISTRY[name]
-    except (KeyError, TypeError):  # TypeError: an unhashable name (a list)
-        raise SSGPError(f"unknown method {name!r}; known: {', '.join(REGISTRY)}") from None
+    return REGISTRY.get(name)
 
 
 def reference() -> Method:
