@@ -211,8 +211,8 @@ def pit_reading(pit, prob: float = PIT_BAND, seed: int = 214) -> PITReading:
 def nuts_health(dt: xr.DataTree) -> dict:
     """Rank R-hat, bulk and tail ESS on the invariant quantities (worst component of each),
     divergences and per-chain BFMI (``arviz_stats``). ``converged`` follows Vehtari et al. (2021)
-    and Betancourt (2016): every R-hat < 1.01, every bulk and tail ESS >= 400, no divergence, and
-    every chain's BFMI >= 0.3."""
+    and Betancourt (2016): every R-hat < :data:`RHAT_BELOW`, every bulk and tail ESS >=
+    :data:`ESS_MIN`, no divergence, and every chain's BFMI >= :data:`BFMI_MIN`."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)  # a stuck chain: zero variance
         return _nuts_health(dt)
@@ -230,8 +230,9 @@ def _nuts_health(dt):
         return out
     rh = np.array(list(out["rhat_max"].values()) or [1.0])
     es = np.array(list(out["ess_bulk_min"].values()) + list(out["ess_tail_min"].values()) or [np.inf])
-    out["converged"] = bool(np.all(rh < 1.01) and np.all(es >= 400) and out["divergences"] == 0
-                            and np.all(np.asarray(out["bfmi"]) >= 0.3))  # NaN compares False
+    out["converged"] = bool(np.all(rh < RHAT_BELOW) and np.all(es >= ESS_MIN)
+                            and out["divergences"] == 0
+                            and np.all(np.asarray(out["bfmi"]) >= BFMI_MIN))  # NaN compares False
     return out
 
 
@@ -262,6 +263,10 @@ def invariant_diagnostics(inv: xr.Dataset) -> dict:
     return out
 
 
+# --- the on-the-fly reference's verdict (Vehtari et al. 2021; Betancourt 2016) -------------------
+RHAT_BELOW = 1.01  # every rank R-hat of the invariants strictly below this
+ESS_MIN = 400  # every bulk and tail ESS at least this
+BFMI_MIN = 0.3  # every chain's BFMI at least this
 LOG_DENSITY_SPREAD = 3.0  # nats between the polishing chains' mean log densities
 LOG_EVIDENCE_SPREAD = 1.0  # nats between independent SMC runs' log evidence
 RUNS_RHAT = 1.05  # rank R-hat of the scalar invariants with each SMC run as one chain
@@ -287,17 +292,17 @@ def reference_health(dt: xr.DataTree, info) -> dict:
     reasons = [] if out["rhat_max"] else ["no invariant quantity varies across the draws"]
     if out["rhat_max"]:
         q, r = max(out["rhat_max"].items(), key=lambda kv: np.nan_to_num(kv[1], nan=np.inf))
-        if not r < 1.01:
-            reasons.append(f"R-hat up to {r:.3g} ({q}; > 1.01)")
+        if not r < RHAT_BELOW:
+            reasons.append(f"R-hat up to {r:.3g} ({q}; ≥ {RHAT_BELOW:g})")
         ess = {f"{kind} {q}": e for kind in ("bulk", "tail")
                for q, e in out[f"ess_{kind}_min"].items()}
         q, e = min(ess.items(), key=lambda kv: np.nan_to_num(kv[1], nan=-np.inf))
-        if not e >= 400:
-            reasons.append(f"ESS down to {e:.0f} ({q}; < 400)")
+        if not e >= ESS_MIN:
+            reasons.append(f"ESS down to {e:.0f} ({q}; < {ESS_MIN})")
     if out["divergences"]:
         reasons.append(f"{out['divergences']} divergences")
-    if not np.all(np.asarray(out["bfmi"]) >= 0.3):
-        reasons.append(f"BFMI {min(out['bfmi']):.4f} (< 0.3)")
+    if not np.all(np.asarray(out["bfmi"]) >= BFMI_MIN):
+        reasons.append(f"BFMI {min(out['bfmi']):.4f} (< {BFMI_MIN:g})")
     if not out["log_density_spread"] <= LOG_DENSITY_SPREAD:
         reasons.append(f"chains' mean log density {out['log_density_spread']:.1f} nats apart "
                        f"(> {LOG_DENSITY_SPREAD:g}): {out['modes']} modes")

@@ -26,9 +26,12 @@ import numpy as np
 
 from ssgp_ppl import gold, invariants, methods, rundir
 from ssgp_ppl.calibration import (
+    BFMI_MIN,
+    ESS_MIN,
     LOG_DENSITY_SPREAD,
     LOG_EVIDENCE_SPREAD,
     PIT_BAND,
+    RHAT_BELOW,
     RUNS_RHAT,
     PITReading,
     chain_loo,
@@ -781,8 +784,9 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
                   "weight (share of chains)": d["mode_weights"][k],
                   "mean log density": d["mode_log_density"][k]} for k in range(d["modes"])]
         parts += [f"<h2>Reference ({html.escape(refs[0]['method'])}): {html.escape(status)}</h2>",
-                  "<p>Converged means: rank R-hat ≤ 1.01 and bulk/tail ESS ≥ 400 on every "
-                  "symmetry-invariant quantity, no divergence, BFMI ≥ 0.3, the chains' mean log "
+                  f"<p>Converged means: rank R-hat &lt; {RHAT_BELOW:g} and bulk/tail ESS ≥ "
+                  f"{ESS_MIN} on every symmetry-invariant quantity, no divergence, BFMI ≥ "
+                  f"{BFMI_MIN:g}, the chains' mean log "
                   f"density within {LOG_DENSITY_SPREAD:g} nats, and for tempered SMC two runs "
                   f"whose log evidence agrees within {LOG_EVIDENCE_SPREAD:g} nat and whose "
                   f"invariants agree (R-hat ≤ {RUNS_RHAT:g} with each run as one chain). "

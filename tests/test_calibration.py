@@ -101,3 +101,29 @@ def test_psislw_of_a_row_whose_draws_do_not_vary():
     assert float(k.isel(row=1)) == 0.0
     np.testing.assert_allclose(log_w.isel(row=[0, 2]), want_w.transpose(*log_w.dims), rtol=1e-10)
     np.testing.assert_allclose(k.isel(row=[0, 2]), want_k, rtol=1e-10)
+
+
+def test_the_docs_and_the_report_quote_the_reference_thresholds_the_code_applies():
+    """The verdict's thresholds are named constants; the prose that explains them quotes the
+    same numbers and the same comparisons (R-hat strictly below, ESS and BFMI at least)."""
+    from pathlib import Path
+
+    from ssgp_ppl import calibration as c
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "multimodal.md").read_text()
+    doc = " ".join(doc.split())
+    assert (f"rank R-hat < {c.RHAT_BELOW:g} and bulk/tail ESS ≥ {c.ESS_MIN} on every invariant"
+            in doc)
+    assert f"every BFMI ≥ {c.BFMI_MIN:g}" in doc
+
+
+@pytest.mark.parametrize("name", ["RHAT_BELOW", "ESS_MIN", "BFMI_MIN"])
+def test_the_verdict_reads_its_named_thresholds(name, monkeypatch):
+    """Moving one named threshold just past the health of a converged tree flips the verdict."""
+    good = calibration.nuts_health(_nuts_tree())
+    assert good["converged"]
+    worst = {"RHAT_BELOW": max(good["rhat_max"].values()),
+             "ESS_MIN": min(min(good["ess_bulk_min"].values()), min(good["ess_tail_min"].values())) + 1,
+             "BFMI_MIN": min(good["bfmi"]) + 1e-6}[name]
+    monkeypatch.setattr(calibration, name, worst)
+    assert not calibration.nuts_health(_nuts_tree())["converged"]
