@@ -21,11 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
 from importlib.metadata import entry_points
-from typing import Generic, TypeVar
 
 from ssgp_ppl.errors import SSGPError
-
-T = TypeVar("T")
 
 GROUPS = {
     "method": "ssgp_ppl.methods",
@@ -35,7 +32,7 @@ GROUPS = {
 }
 
 
-class Registry(MutableMapping, Generic[T]):
+class Registry[T](MutableMapping):
     """name → component of one kind (see the module docstring)."""
 
     def __init__(self, kind: str, base: type, builtin: tuple = ()):
