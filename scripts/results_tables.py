@@ -263,7 +263,28 @@ def gold_references() -> str:
              "that would take on the machine that computed it; above "
              f"**{gold.ATTAINABLE_HOURS:g}** hours it is labelled *not attainable on this "
              "hardware*, and comparisons use its runs pooled with equal weights."]
-    return "\n".join(out + ["", "The verdict's thresholds (`ssgp_ppl.gold`):", ""] + rules)
+    return "\n".join(out + ["", "The verdict's thresholds (`ssgp_ppl.gold`):", ""] + rules
+                     + ["", "Entries whose reference cannot be stored:", ""] + _conditional_entries())
+
+
+def _conditional_entries() -> list[str]:
+    """The catalog entries with latent variables and type-II (learned) sites: their reference
+    samples the latent sites given the fit's own type-II estimates, so it is recomputed per fit."""
+    from ssgp_ppl.entry import list_entries, load_entry
+
+    rows = []
+    for name in list_entries():
+        e = load_entry(name)
+        if e.latent_sites and e.learned_sites:
+            rows.append(f"- `{name}`: samples {', '.join(e.latent_sites)} given "
+                        f"{', '.join(e.learned_sites)}")
+    return rows + [
+        "",
+        "Their reference samples the latent sites *given the type-II estimates of the fit being "
+        "compared* (empirical Bayes): it is a different posterior for every fit, and a "
+        "float32 optimisation's estimates differ from machine to machine beyond what a stored "
+        "reference could be matched on. `compare` computes it with each fit and shows its own "
+        "verdict ([Comparison reports](comparisons.md) give it for pendulum and Auto-MPG)."]
 
 
 def vi_vs_gold() -> str:

@@ -84,6 +84,16 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
                                                              else "NOT CONVERGED"))
             assert f"{doc['model']}</code> on {doc['dataset']}" in page
             assert f"Reference: {want}." in page
+    # the gold page: every stored reference's verdict, and why the conditional entries have none
+    from ssgp_ppl import gold
+    from ssgp_ppl.entry import list_entries, load_entry
+
+    page = (site / "results" / "gold" / "index.html").read_text()
+    for g in gold.stored():
+        assert f"<code>{g.provenance['entry']}</code></td>\n<td>{g.provenance['dataset']}" in page
+    for name in list_entries():
+        e = load_entry(name)
+        assert (f"<code>{name}</code>: samples" in page) == bool(e.latent_sites and e.learned_sites)
     mscan = json.loads((ROOT / "reports" / "mscan" / "mscan.json").read_text())
     page = (site / "results" / "m-scan" / "index.html").read_text()
     assert all(f"{r['nmse']:.3f} ({r['mnlp']:.2f})" in page for r in mscan["records"])
