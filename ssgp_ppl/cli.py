@@ -557,13 +557,44 @@ def main(argv: list[str] | None = None) -> int:
     it quietly with status 141."""
     try:
         try:
-            return _main(argv)
+            with _own_warnings():
+                return _main(argv)
         finally:  # the output is buffered in a pipe: a closed one shows here, not at exit
             sys.stdout.flush()
     except BrokenPipeError:
         with contextlib.suppress(OSError, ValueError, AttributeError):  # the rest goes nowhere
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return PIPE_CLOSED
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """The package's own warnings (data, catalog) as one ``ssgp-ppl: warning:`` line; any other
+    as Python shows it."""
+    from ssgp_ppl.errors import CatalogWarning, DataWarning
+
+    if issubclass(category, (CatalogWarning, DataWarning)):
+        print(f"ssgp-ppl: warning: {printable(str(message))}", file=file or sys.stderr)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = None
+
+
+@contextlib.contextmanager
+def _own_warnings():
+    """Show the package's warnings with :func:`_show_warning` while the command runs."""
+    import warnings
+
+    from ssgp_ppl.errors import CatalogWarning, DataWarning
+
+    global _python_showwarning
+    with warnings.catch_warnings():  # restores showwarning and the filters afterwards
+        _python_showwarning = warnings.showwarning
+        warnings.showwarning = _show_warning
+        for category in (CatalogWarning, DataWarning):  # always a line, never an exception
+            warnings.simplefilter("always", category)
+        yield
 
 
 def _main(argv: list[str] | None) -> int:

@@ -968,11 +968,13 @@ def _read_table(path: Path) -> pd.DataFrame:
             header = [str(c) for c in pd.read_csv(path, sep=sep, header=None, nrows=1,
                                                   engine="c", dtype=str, na_filter=False).iloc[0]]
             blank = [i + 1 for i, c in enumerate(header) if not c.strip()]
-            if blank:  # pandas would name them "Unnamed: k"
+            if blank and blank != [1]:  # pandas would name them "Unnamed: k"
                 raise SSGPError(f"data file '{path}': column {', '.join(map(str, blank))} of the "
                                 "header has no name")
             check_names(header, f"data file '{path}'")
             df = pd.read_csv(path, sep=sep, header=0, engine="c")
+            if blank:  # row labels or an index written with the table (R, pandas): keep it unnamed
+                df = df.rename(columns={df.columns[0]: ""})
             if [str(c) for c in df.columns] != header:  # nothing renamed behind the user's back
                 raise SSGPError(f"data file '{path}': its header could not be read as written "
                                 f"({', '.join(map(repr, header[:5]))}…)")

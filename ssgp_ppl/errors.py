@@ -32,6 +32,11 @@ class PrecisionWarning(UserWarning):
     with the advice to refit with ``--x64``."""
 
 
+class DataWarning(UserWarning):
+    """Something in the user's table that was handled without being asked (a row-index column
+    left out of the inputs): one line naming the column and what to do to change it."""
+
+
 class CatalogWarning(UserWarning):
     """A user catalog file that is not an entry (it does not validate, or its name is taken):
     ``ssgp_ppl.catalog()`` and ``ssgp-ppl models`` skip it with this warning; using it is an error."""

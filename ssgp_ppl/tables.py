@@ -13,18 +13,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ssgp_ppl.errors import SSGPError, one_line
+from ssgp_ppl.errors import DataWarning, SSGPError, one_line
 
 ENCODINGS = ("none", "onehot")
 DATES = ("none", "numeric")
 DAY_NS = 86_400 * 10**9  # a date becomes days since 1970-01-01 (float)
 MAX_COLUMNS = 100_000  # columns of a user's table (each input column is checked and encoded)
+# names that R, pandas and spreadsheets give a written-out row index
+INDEX_NAMES = re.compile(r"(|unnamed: ?\d+|rownames|row[._]?names|row[._]?id|index|\.\.\.1|id)",
+                         re.IGNORECASE)
 
 
 def check_width(count: int, where: str) -> None:
@@ -192,10 +197,34 @@ def prepare(df: pd.DataFrame, target: str | None, options: TableOptions, where: 
         if target in names:
             raise SSGPError(f"--{flag}: '{target}' is the target column")
     drop = set(options.drop)
+    index = []
+    if cols[0] == "" and target != "" and options.inputs is None:  # a nameless column: no input
+        index = [""]
+        drop.add("")
+        warnings.warn(f"{where}: column 1 has no name (row labels or a row index written with "
+                      "the table); left out", DataWarning, stacklevel=3)
+    elif options.inputs is None and cols[0] != target and cols[0] not in drop and \
+            _integers(df[cols[0]]):
+        first, v = cols[0], df[cols[0]].to_numpy()
+        counting = len(v) > 2 and v[0] in (0, 1) and bool(np.all(np.diff(v) == 1))
+        if INDEX_NAMES.fullmatch(str(first).strip()) and pd.Series(v).is_unique:
+            index = [first]  # named as a row index: not an input unless listed in --inputs
+            drop.add(first)
+            warnings.warn(f"{where}: column '{first}' is a row index, not an input; left out "
+                          "(list it in --inputs / inputs= to use it)", DataWarning, stacklevel=3)
+        elif counting:  # a time step, or an index under another name
+            warnings.warn(f"{where}: column '{first}' counts the rows ({v[0]}, {v[0] + 1}, …, "
+                          f"{v[-1]}); it is used as an input (--drop {first} / drop= if it is a "
+                          "row index)", DataWarning, stacklevel=3)
     inputs = list(options.inputs) if options.inputs is not None else \
         [c for c in cols if c != target and c not in drop]
     if not inputs:
         raise SSGPError(f"{where} has no input columns besides target '{target}'")
+    text = [c for c in inputs if _text_column(df[c], options)]
+    if len(text) > 1:  # every one named at once, not the first of several
+        raise SSGPError(f"{where}: {len(text)} input columns are not numeric: "
+                        f"{', '.join(repr(c) for c in text)}; use --encode onehot "
+                        f"(encode='onehot') or --drop {','.join(text)}")
     kinds = [_kind(df[c], c, where, options) for c in inputs]
     kept = df[df[[*inputs, target]].notna().all(axis=1)]  # the categories of the rows used
     encoding = TableEncoding(tuple(
@@ -205,7 +234,8 @@ def prepare(df: pd.DataFrame, target: str | None, options: TableOptions, where: 
     if not len(x):
         raise SSGPError(f"{where}: no rows left after dropping those with missing values")
     record = {"options": dataclasses.asdict(options), "rows_dropped": dropped,
-              "columns": {c: k for c, k, _ in encoding.columns if k != "numeric"}}
+              "columns": {c: k for c, k, _ in encoding.columns if k != "numeric"},
+              "index_columns_left_out": index}
     return x, y, encoding, record
 
 
@@ -224,6 +254,25 @@ def _kind(col: pd.Series, name: str, where: str, options: TableOptions) -> str:
     n = col.dropna().astype(str).nunique()
     raise SSGPError(f"{where}: input column '{name}' is not numeric (categorical, {n} values); use "
                     f"--encode onehot (encode='onehot') or --drop {name}")
+
+
+def _integers(col: pd.Series) -> bool:
+    """Whether ``col`` holds whole numbers only (an integer column, or floats without a fraction
+    or a missing value)."""
+    if pd.api.types.is_bool_dtype(col):
+        return False
+    if pd.api.types.is_integer_dtype(col):
+        return True
+    return bool(pd.api.types.is_float_dtype(col) and col.notna().all()
+                and (col == col.round()).all())
+
+
+def _text_column(col: pd.Series, options: TableOptions) -> bool:
+    """A column that needs --encode onehot (text that is neither numbers nor, with --dates, dates)."""
+    if options.encode == "onehot" or pd.api.types.is_bool_dtype(col) or \
+            pd.api.types.is_numeric_dtype(col) or pd.api.types.is_datetime64_any_dtype(col):
+        return False
+    return not _parses_as_dates(col)
 
 
 def _parses_as_dates(col: pd.Series) -> bool:

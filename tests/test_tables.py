@@ -3,6 +3,8 @@ dates as numbers; the encoding is fitted on the training table, applied to a tes
 predict's DataFrame, saved with the posterior and recorded in run.json and the DataTree."""
 
 import json
+import re
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -143,3 +145,70 @@ def test_test_file_rows_are_the_test_set_and_predict_takes_a_dataframe(tmp_path)
     assert post.datatree.attrs["inputs"][:2] == ["when", "colour=blue"]
     tree = xr.open_datatree(tmp_path / "post.nc", engine="h5netcdf")
     assert json.loads(tree.attrs["data_preparation"]) == prep
+
+
+def _rows(first: str, values) -> pd.DataFrame:
+    rng = np.random.default_rng(1)
+    n = len(values)
+    return pd.DataFrame({first: values, "a": rng.normal(size=n), "y": rng.normal(size=n)})
+
+
+@pytest.mark.parametrize("name", ["rownames", "Unnamed: 0", "index", "id", "row.names"])
+def test_a_first_column_named_as_a_row_index_is_left_out_with_one_line(name):
+    from ssgp_ppl.errors import DataWarning
+
+    with pytest.warns(DataWarning, match=rf"column '{re.escape(name)}' is a row index, not an "
+                                         r"input; left out \(list it in --inputs"):
+        x, _, enc, rec = prepare(_rows(name, np.arange(1, 41)), "y", TableOptions(), "t")
+    assert enc.feature_names == ("a",) and x.shape == (40, 1)
+    assert rec["index_columns_left_out"] == [name]
+    # named in --inputs, it is an input, without a word
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, _, enc, _ = prepare(_rows(name, np.arange(1, 41)), "y",
+                               TableOptions.of(inputs=f"{name},a"), "t")
+    assert enc.feature_names == (name, "a")
+
+
+def test_a_counting_column_under_another_name_stays_an_input_and_is_named():
+    from ssgp_ppl.errors import DataWarning
+
+    with pytest.warns(DataWarning, match=r"column 't' counts the rows \(0, 1, …, 39\); it is "
+                                         r"used as an input \(--drop t"):
+        _, _, enc, rec = prepare(_rows("t", np.arange(40)), "y", TableOptions(), "t")
+    assert enc.feature_names == ("t", "a") and rec["index_columns_left_out"] == []
+    # an ordinary integer input (not distinct, or not counting) passes silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for values in (np.arange(40) % 5, np.arange(40) * 3 + 7):
+            _, _, enc, _ = prepare(_rows("rooms", values), "y", TableOptions(), "t")
+            assert enc.feature_names == ("rooms", "a")
+        _, _, enc, _ = prepare(_rows("id", np.arange(40) % 5), "y", TableOptions(), "t")
+        assert enc.feature_names == ("id", "a")  # repeated values: not an index
+
+
+def test_a_file_whose_first_column_has_no_name_reads_without_it(tmp_path, capsys):
+    """A table written with its row labels (R's write.csv, pandas' to_csv): the CLI says in one
+    line that the nameless column is left out, and fits on the others."""
+    from ssgp_ppl import cli
+
+    rng = np.random.default_rng(2)
+    d = pd.DataFrame({"a": rng.normal(size=60), "y": rng.normal(size=60)},
+                     index=[f"car {i}" for i in range(60)])
+    d.to_csv(tmp_path / "labelled.csv")
+    rc = cli.main(["fit", "ssgp", "--data", str(tmp_path / "labelled.csv"), "--set", "ml.steps=3",
+                   "--set", "m=2", "--no-progress", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert ("ssgp-ppl: warning: data file '" in err or "ssgp-ppl: warning: '" in err) and \
+        "column 1 has no name (row labels or a row index written with the table); left out" in err
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert "a" in json.dumps(run) and run  # fitted on the named column
+
+
+def test_every_text_column_is_named_at_once():
+    d = table().assign(shape=["round", "square"] * 60, size=["S", "M", "L"] * 40)
+    with pytest.raises(SSGPError, match=r"3 input columns are not numeric: 'colour', 'shape', "
+                                        r"'size'; use --encode onehot \(encode='onehot'\) or "
+                                        r"--drop colour,shape,size"):
+        prepare(d, "y", TableOptions.of(drop="id", dates="numeric"), "t")
