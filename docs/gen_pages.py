@@ -32,6 +32,10 @@ from ssgp_ppl.io import write_text_atomic  # noqa: E402
 from ssgp_ppl.settings import Field  # noqa: E402
 
 
+# the results pages' tables are wide: no table of contents beside them (MkDocs Material front matter)
+WIDE = "---\nhide:\n  - toc\n---\n\n"
+
+
 def write(path: str, text: str) -> None:
     with mkdocs_gen_files.open(path, "w") as f:
         f.write(text)
@@ -113,7 +117,7 @@ def results_pages() -> list[str]:
     """One page per results table, and the comparison reports (their HTML copied as they are)."""
     written = []
     for slug, (title, intro, make) in TABLES.items():
-        write(f"results/{slug}.md", f"# {title}\n\n{intro}\n\n{make()}\n")
+        write(f"results/{slug}.md", f"{WIDE}# {title}\n\n{intro}\n\n{make()}\n")
         written.append(slug)
     with mkdocs_gen_files.open(f"results/{PEERS_FIGURE}", "wb") as f:
         peers_figure(f)
@@ -140,7 +144,7 @@ def results_pages() -> list[str]:
                      f"{m['coverage_90']:.3f} | {m['fit_seconds']:.1f} |" for m in doc["methods"]]
         sections.append("")
     write("results/comparisons.md",
-          "# Comparison reports\n\n`ssgp-ppl compare ENTRY --data pendulum|autompg` for each "
+          f"{WIDE}# Comparison reports\n\n`ssgp-ppl compare ENTRY --data pendulum|autompg` for each "
           "catalog entry (split 0; `benchmarks/comparisons.py`): every method of the entry and the "
           "reference side by side. Each comparison names the reference every VI-vs-reference "
           "distance in its report is read against: a stored gold reference with its label, or "
