@@ -70,10 +70,10 @@ def catalog_page() -> str:
            "Generated from the built-in catalog (`ssgp_ppl/models/*.toml`) and from the settings "
            "each component validates. The format is described in "
            "[Catalog format](catalog-format.md); `ssgp-ppl models` lists the same entries.", "",
-           "## Entries", "", "| entry | methods | guide | objective | description |",
-           "| --- | --- | --- | --- | --- |"]
+           "## Entries", "", "| entry | use when | methods | guide | objective | description |",
+           "| --- | --- | --- | --- | --- | --- |"]
     rows = [r for r in catalog() if Path(r["file"]).parent == BUILTIN_CATALOG]  # not $SSGP_PPL_MODELS
-    out += [f"| [`{r['name']}`](#{r['name']}) | {r['methods']} | {r['guide']} | "
+    out += [f"| [`{r['name']}`](#{r['name']}) | {_cell(r['use when'])} | {r['methods']} | {r['guide']} | "
             f"{_cell(r['objective'])} | {_cell(r['description'])} |" for r in rows]
     for r in rows:
         text = (BUILTIN_CATALOG / f"{r['name']}.toml").read_text()
@@ -110,6 +110,50 @@ def cli_page() -> str:
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     for name, p in sub.choices.items():
         out += ["", f"## ssgp-ppl {name}", "", "```text", p.format_help().rstrip(), "```"]
+    return "\n".join(out) + "\n"
+
+
+CHOOSING = """# Which entry should I use?
+
+Start from the task; every entry below fits with `ssgp-ppl fit ENTRY --data …` or
+`ssgp_ppl.fit("ENTRY", data=…)`, and `ssgp-ppl models` prints the same "use when" column.
+
+- **Ordinary regression, a first look**: `ssgp` fits in seconds, but its point estimates of the
+  frequencies overfit small data: read its 90% coverage below before trusting its intervals.
+- **Calibrated uncertainty on small or medium data** (up to a few thousand rows): `tan_va_svi`
+  or `ssgp_svi`, fully Bayesian over the hyperparameters, each with a stored gold reference
+  ([Gold references](../results/gold.md)) that `ssgp-ppl compare` checks the VI against.
+- **Large n** (10⁴–10⁶ rows): `svbssgp` (minibatches, local predictions), or its DLM variants
+  when the test metric is fixed in advance: `svbssgp_dlm_log` for the log-likelihood,
+  `svbssgp_dlm_square` for RMSE.
+- **Non-Gaussian targets**: `ssgp_probit` for 0/1 classes, `ssgp_poisson` for counts.
+- **Smoothness that changes across the inputs**: `tan_local`.
+- **Reproducing a paper**: `tan_va` (Tan et al. 2016), `vssgp` (Gal & Turner 2015), `svbssgp`
+  (Hoang et al. 2017); the [results pages](../results/catalog.md) set their figures beside the
+  papers'.
+
+Test scores of each entry's default fit on the two bundled benchmark sets (split 0, from
+`reports/catalog_metrics.json`; MNLP in nats per point, coverage of the 90% interval: 0.90 is
+calibrated):
+
+"""
+
+
+def choosing_page() -> str:
+    """The task-first guide to the catalog, with each entry's "use when" and its archived scores."""
+    doc = json.loads((ROOT / "reports" / "catalog_metrics.json").read_text())
+    scores = {(r["model"], r["dataset"]): r for r in doc["records"]}
+    rows = [r for r in catalog() if Path(r["file"]).parent == BUILTIN_CATALOG]
+    out = [CHOOSING, "| entry | use when | pendulum NMSE / MNLP / coverage | "
+           "Auto-MPG NMSE / MNLP / coverage |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        cells = []
+        for data in ("pendulum", "autompg"):
+            m = scores.get((r["name"], data))
+            cells.append("–" if m is None or "mnlp" not in m else
+                         f"{m['nmse']:.3f} / {m['mnlp']:.2f} / {m['coverage_90']:.2f}")
+        out.append(f"| [`{r['name']}`](../reference/catalog.md#{r['name']}) | "
+                   f"{_cell(r['use when'])} | {cells[0]} | {cells[1]} |")
     return "\n".join(out) + "\n"
 
 
@@ -209,6 +253,7 @@ def tutorial_pages() -> None:
 
 
 write("reference/catalog.md", catalog_page())
+write("guide/choosing.md", choosing_page())
 write("reference/cli.md", cli_page())
 results_pages()
 if os.environ.get("SSGP_PPL_DOCS_NOTEBOOKS", "1") != "0":

@@ -97,7 +97,7 @@ def load(path: str | Path) -> Posterior:
 
 
 def catalog() -> list[dict]:
-    """The catalog entries: name, methods, guide, objective, description and the file
+    """The catalog entries: name, when to use it, methods, guide, objective, description and the file
     (``ssgp-ppl models``). A file that is not a valid entry (a user catalog's) is skipped with a
     :class:`~ssgp_ppl.errors.CatalogWarning` naming the file and the problem."""
     files, clashes = catalog_files()
@@ -111,7 +111,7 @@ def catalog() -> list[dict]:
             continue
         listed = [methods.get(m) for m in e.methods]
         guides = [g for g in (m.guide_label(e) for m in listed) if g]
-        rows.append({"name": name, "methods": ",".join(e.methods),
+        rows.append({"name": name, "use when": e.use_when, "methods": ",".join(e.methods),
                      "guide": guides[0] if guides else "-",
                      "objective": listed[0].objective_label(e), "description": e.description,
                      "file": str(path)})

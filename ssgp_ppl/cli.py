@@ -152,6 +152,8 @@ def _parser() -> argparse.ArgumentParser:
 
     m = add("models", help="list the catalog entries")
     m.add_argument("--json", action="store_true", help="machine-readable output")
+    m.add_argument("--long", "-l", action="store_true",
+                   help="add each entry's objective and description (lines as wide as they are)")
 
     def data_args(q, resumable=False):
         q.add_argument("model", nargs="?" if resumable else None,
@@ -318,15 +320,31 @@ def printable(text: str) -> str:
                    for ch in text)
 
 
-def _print_table(rows: list[dict], cols: list[str]) -> None:
+def _terminal_width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def _print_table(rows: list[dict], cols: list[str], width: int | None = None) -> None:
+    """Rows under a header, columns padded; with ``width``, the widest text column is cut with
+    "…" so that a line fits in that many characters."""
     def fmt(v):
         return printable(f"{v:.4g}" if isinstance(v, float) else str(v))
 
     cells = [[fmt(r.get(c, "")) for c in cols] for r in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    over = 0 if width is None else sum(widths) + 2 * (len(cols) - 1) - width
+    if over > 0:
+        i = max(range(len(cols)), key=lambda k: widths[k])
+        keep = max(len(cols[i]), widths[i] - over)
+        for r in cells:
+            if len(r[i]) > keep:
+                r[i] = r[i][:keep - 1] + "…"
+        widths[i] = max(len(cols[i]), *(len(r[i]) for r in cells))
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip())
     for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
 TABLE = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnlp", "crps",
@@ -356,10 +374,12 @@ def cmd_models(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
-        cols = ["name", "methods", "guide", "objective", "description"]
+        cols = ["name", "use when", "methods", "guide"]
+        if args.long:
+            cols += ["objective", "description"]
         if any(Path(r["file"]).parent != BUILTIN_CATALOG for r in rows):
             cols.append("file")
-        _print_table(rows, cols)
+        _print_table(rows, cols, width=None if args.long else _terminal_width())
     return 0
 
 

@@ -51,6 +51,7 @@ def _hyper_schema(init: float, dist: str = "half_cauchy", scale: float = 1.0) ->
 _BASE: dict = {  # everything but [inference], whose tables the methods declare
     "description": Field(str, None, "one-line description shown by `ssgp-ppl models`"),
     "paper": Field(str, "", "where the model comes from (seed and equation)"),
+    "use_when": Field(str, "", "when to choose this entry, a few words (`ssgp-ppl models`)"),
     "model": {
         "m": Field(int, 20, "number of frequencies (2m features)", low=1, high=100_000),
         "spectral_density": Field(str, "se", "kernel family", choices=tuple(spectral.DENSITIES)),
@@ -175,6 +176,10 @@ class CatalogEntry:
     @property
     def description(self) -> str:
         return self.config["description"]
+
+    @property
+    def use_when(self) -> str:
+        return self.config["use_when"]
 
     @property
     def methods(self) -> list[str]:

@@ -17,8 +17,8 @@ KEYS = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnlp
         "improvement_se", "tolerance_per_1k", "stop", "interrupted", "fit_seconds", "predict_seconds"]
 
 
-def run(*args, **kw):
-    env = {**os.environ, "PYTHONWARNINGS": "error"}
+def run(*args, env=None, **kw):
+    env = {**os.environ, "PYTHONWARNINGS": "error", **(env or {})}
     return subprocess.run([*EXE, *args], capture_output=True, text=True, env=env, timeout=600, **kw)
 
 
@@ -87,7 +87,24 @@ def test_models_json():
     rows = json.loads(r.stdout)
     names = {row["name"] for row in rows}
     assert {"ssgp", "ssgp_fixed", "ssgp_svi"} <= names
-    assert all({"name", "guide", "objective", "description"} <= set(row) for row in rows)
+    assert all({"name", "use when", "guide", "objective", "description"} <= set(row) for row in rows)
+
+
+def test_models_fits_the_terminal_and_says_when_to_use_each_entry():
+    """The default table is as wide as the terminal (the widest column cut with "…") and leads
+    with when to use each entry; --long adds the objective and the description in full."""
+    from ssgp_ppl.entry import BUILTIN_CATALOG, load_entry
+
+    r = run("models", env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["name", "use", "when"] and "description" not in lines[0]
+    assert max(map(len, lines)) <= 80 and any(li.rstrip().endswith("…") or "…" in li for li in lines)
+    for p in BUILTIN_CATALOG.glob("*.toml"):
+        assert load_entry(p.stem).use_when, p.stem  # every built-in entry says when to use it
+    long = run("models", "--long", env={"COLUMNS": "80"}).stdout
+    assert "description" in long.splitlines()[0] and max(map(len, long.splitlines())) > 80
+    assert load_entry("ssgp").description in long
 
 
 def test_version():
@@ -260,7 +277,7 @@ def test_models_prints_catalog_text_without_control_characters(own_catalog, caps
     (own_catalog / "evil.toml").write_text(
         text[:start] + 'description = "a\\u001b]0;owned\\u0007b\\nc\\u202ed"' + text[end:])
     (own_catalog / "bad\x1b[2J.toml").write_text("[model\n")
-    assert main(["models", "--catalog", str(own_catalog)]) == 0
+    assert main(["models", "--long", "--catalog", str(own_catalog)]) == 0
     out, err = capsys.readouterr()
     for stream in (out, err):
         assert not {"\x1b", "\x07", "\u202e"} & set(stream), stream

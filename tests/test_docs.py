@@ -84,6 +84,13 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
                                                              else "NOT CONVERGED"))
             assert f"{doc['model']}</code> on {doc['dataset']}" in page
             assert f"Reference: {want}." in page
+    from ssgp_ppl.entry import load_entry
+
+    # the task-first guide names every built-in entry with when to use it
+    page = (site / "guide" / "choosing" / "index.html").read_text()
+    for p in BUILTIN_CATALOG.glob("*.toml"):
+        e = load_entry(p.stem)
+        assert f"<code>{p.stem}</code></a></td>\n<td>{e.use_when}" in page.replace("&amp;", "&"), p.stem
     # the gold page: every stored reference's verdict, and why the conditional entries have none
     from ssgp_ppl import gold
     from ssgp_ppl.entry import list_entries, load_entry
