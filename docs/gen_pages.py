@@ -31,7 +31,6 @@ from ssgp_ppl.entry import BUILTIN_CATALOG, schema  # noqa: E402
 from ssgp_ppl.io import write_text_atomic  # noqa: E402
 from ssgp_ppl.settings import Field  # noqa: E402
 
-
 # the results pages' tables are wide: no table of contents beside them (MkDocs Material front matter)
 WIDE = "---\nhide:\n  - toc\n---\n\n"
 
