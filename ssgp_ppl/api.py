@@ -15,8 +15,8 @@ from pathlib import Path
 from ssgp_ppl import datasets, methods, pipeline
 from ssgp_ppl import posterior as _posterior
 from ssgp_ppl.entry import CatalogEntry, add_catalog, catalog_files, from_saved, load_entry
-from ssgp_ppl.errors import CatalogWarning, SSGPError, check_seed
-from ssgp_ppl.posterior import Posterior
+from ssgp_ppl.errors import CatalogWarning, ConvergenceWarning, SSGPError, check_seed
+from ssgp_ppl.posterior import Posterior, stop_text
 from ssgp_ppl.tables import TableOptions
 
 
@@ -82,7 +82,11 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
                                   table=table)
     else:
         raise SSGPError("fit needs data= (a name, a file path or a DataFrame) or x= and y= arrays")
-    return pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress, force=force)
+    post = pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress, force=force)
+    if post.info.converged is False:  # None: a method without a stop rule (samplers)
+        warnings.warn(f"{entry.name}:{post.method}: {stop_text(post.info)}; raise the budget "
+                      "(steps=) or see post.info", ConvergenceWarning, stacklevel=2)
+    return post
 
 
 def load(path: str | Path) -> Posterior:

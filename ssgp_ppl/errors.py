@@ -32,6 +32,11 @@ class PrecisionWarning(UserWarning):
     with the advice to refit with ``--x64``."""
 
 
+class ConvergenceWarning(UserWarning):
+    """A fit that stopped before its stop rule declared convergence (the step or iteration
+    budget, or a signal): one line with how it stopped and by how much the objective still moved."""
+
+
 class DataWarning(UserWarning):
     """Something in the user's table that was handled without being asked (a row-index column
     left out of the inputs): one line naming the column and what to do to change it."""

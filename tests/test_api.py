@@ -1,6 +1,7 @@
 """The top-level Python API: ssgp_ppl.fit on arrays, a data set name and a TOML path; predictions
 in original units against a float64 reference; catalog(), load() and __version__."""
 
+import warnings
 from importlib import metadata
 from pathlib import Path
 
@@ -309,3 +310,18 @@ def test_crafted_encoding_and_rule_states_are_one_error():
                           ({}, {"rule": "stacked", "paths": 3}), ({}, []), ({}, {"rule": []})):
         with pytest.raises(SSGPError, match="saved predictive rule"):
             rule_from_state(arrays, attrs)
+
+
+def test_a_fit_stopped_by_its_budget_says_so_in_one_warning_line():
+    """The Python API warns where the CLI's table says it: a fit whose stop rule did not declare
+    convergence names how it stopped; a converged one is silent."""
+    from ssgp_ppl.errors import ConvergenceWarning
+
+    with pytest.warns(ConvergenceWarning, match=r"^ssgp:ml: stopped by the step budget.* nats per "
+                                                r"1,000 steps.*; raise the budget \(steps=\)"):
+        post = ssgp_ppl.fit("ssgp", data="pendulum", steps=3000)
+    assert post.info.converged is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        post = ssgp_ppl.fit("ssgp_fixed", data="autompg")
+    assert post.info.converged is True
