@@ -156,10 +156,39 @@ def tempered_smc(model, x, y, *, particles: int = 256, mcmc_steps: int = 10,
                              pilot=pilot, log_densities=log_densities)[0]
 
 
+def _label(progress) -> str:
+    return progress if isinstance(progress, str) else "tempered SMC"
+
+
+class TemperatureBar:
+    """A tqdm bar of the tempering: β × 1000 of the slowest of ``runs`` runs, with the number of
+    temperatures so far; fed by ``jax.debug.callback`` from inside the compiled loop."""
+
+    def __init__(self, runs: int, label: str):
+        from tqdm.auto import tqdm
+
+        self.beta = np.zeros(runs)
+        self.label = label
+        self.bar = tqdm(total=1000, desc=f"{label}: β 0.000, temperature 0", leave=True,
+                        bar_format="{desc} |{bar}| {elapsed}")
+
+    def update(self, run, temperature, beta) -> None:
+        self.beta[int(run)] = max(self.beta[int(run)], float(beta))
+        low = float(self.beta.min())
+        self.bar.n = int(1000 * low)
+        self.bar.set_description_str(f"{self.label}: β {low:.3f}, temperature {int(temperature)}",
+                                     refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def tempered_smc_runs(model, x, y, *, runs: int = 2, particles: int = 256, mcmc_steps: int = 10,
                       integration_steps: int = 8, target_ess: float = 0.5, seed: int = 0,
                       max_temperatures: int = 1000, mass: str = "auto",
-                      pilot: bool | SMCResult = True, log_densities=None) -> list[SMCResult]:
+                      pilot: bool | SMCResult = True, log_densities=None,
+                      progress: bool | str = False) -> list[SMCResult]:
     """``runs`` independent tempered SMC runs of ``model`` given (x, y), vectorised in one jit
     (one compilation; each run's ``seconds`` is the wall time of all of them).
 
@@ -174,7 +203,9 @@ def tempered_smc_runs(model, x, y, *, runs: int = 2, particles: int = 256, mcmc_
     :func:`ssgp_ppl.evidence.correlated_gaussian`, growing with the number of temperatures;
     reports/smc_evidence), the pilot's kernels do not (Beskos, Jasra, Kantas & Thiery 2016 on the
     bias of adaptive SMC). ``log_densities``: (log prior,
-    log likelihood, prior draw(key, n)) on flat vectors, instead of ``model``'s."""
+    log likelihood, prior draw(key, n)) on flat vectors, instead of ``model``'s. ``progress``:
+    a bar of the temperature β from 0 to 1 (the slowest run's), updated from inside the compiled
+    loop at every temperature; a text is its label."""
     import blackjax
     import blackjax.smc.tempered
     from blackjax.smc import resampling
@@ -191,7 +222,8 @@ def tempered_smc_runs(model, x, y, *, runs: int = 2, particles: int = 256, mcmc_
                                   mcmc_steps=mcmc_steps, integration_steps=integration_steps,
                                   target_ess=target_ess, seed=seed + PILOT_SEED_OFFSET,
                                   max_temperatures=max_temperatures, mass=mass, pilot=False,
-                                  log_densities=log_densities)[0]
+                                  log_densities=log_densities,
+                                  progress=progress and f"{_label(progress)}, pilot run")[0]
     keys = jax.random.split(jax.random.PRNGKey(seed), runs)
     if log_densities is None:
         x, y = (None if a is None else jnp.asarray(a) for a in (x, y))
@@ -246,10 +278,15 @@ def tempered_smc_runs(model, x, y, *, runs: int = 2, particles: int = 256, mcmc_
         state, i = carry[0], carry[5]
         return (state.tempering_param < 1.0) & (i < max_temperatures)
 
+    bar = TemperatureBar(runs, _label(progress) + (f", {runs} runs" if runs > 1 else "")) \
+        if progress else None
+
     def body(carry):
-        state, key, step, log_z, acc, i, sched, used, used_mass = carry
+        state, key, step, log_z, acc, i, sched, used, used_mass, run = carry
         key, sub = jax.random.split(key)
         beta = next_temperature(state, i)
+        if bar is not None:
+            jax.debug.callback(bar.update, run, i + 1, beta)
         step = steps[i] if fixed else step
         # the moves target the current temperature, whose weighted particles give the mass
         if oracle:
@@ -266,24 +303,30 @@ def tempered_smc_runs(model, x, y, *, runs: int = 2, particles: int = 256, mcmc_
         # sharper temperature) cuts the step at once
         step = step * jnp.where(acc < 0.2, 0.3, jnp.exp(jnp.clip(acc - TARGET_ACCEPT, -0.5, 0.2)))
         return (state, key, step, log_z + info.log_likelihood_increment, acc, i + 1,
-                sched.at[i + 1].set(state.tempering_param), used, used_mass)
+                sched.at[i + 1].set(state.tempering_param), used, used_mass, run)
 
-    def one(z, key):
+    def one(z, key, run):
         zero = jnp.zeros((), dtype)
         step0 = jnp.asarray(2.0 / (math.sqrt(dim) * integration_steps), dtype)
         state = blackjax.smc.tempered.init(z)
         state = state._replace(tempering_param=zero)
         carry = (state, jax.random.fold_in(key, 1), step0, zero, zero, jnp.asarray(0),
                  jnp.zeros(max_temperatures + 1, dtype), jnp.zeros(max_temperatures, dtype),
-                 jnp.zeros((max_temperatures,) + shape, dtype))
-        state, _, _, log_z, acc, temps, sched, used, used_mass = jax.lax.while_loop(cond, body,
-                                                                                    carry)
+                 jnp.zeros((max_temperatures,) + shape, dtype), run)
+        state, _, _, log_z, acc, temps, sched, used, used_mass, _ = jax.lax.while_loop(cond, body,
+                                                                                       carry)
         idx = resampling.systematic(jax.random.fold_in(key, 2), state.weights, particles)
         pos = state.particles[idx]  # equally weighted draws of the posterior
         return (pos, state.tempering_param, log_z, acc, temps, jax.vmap(log_lik)(pos), sched, used,
                 used_mass)
 
-    pos, beta, log_z, acc, temps, ll, sched, used, used_mass = jax.jit(jax.vmap(one))(z0, keys)
+    try:
+        pos, beta, log_z, acc, temps, ll, sched, used, used_mass = jax.jit(jax.vmap(one))(
+            z0, keys, jnp.arange(runs))
+        jax.block_until_ready(log_z)
+    finally:
+        if bar is not None:
+            bar.close()
     if float(jnp.min(beta)) < 1.0:
         raise SSGPError(f"tempered SMC did not reach the posterior in {max_temperatures} "
                         f"temperatures (β = {float(jnp.min(beta)):.3g}); lower target_ess")

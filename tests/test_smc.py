@@ -266,18 +266,25 @@ def test_log_prior_is_normalised_on_the_unconstrained_space(x64):
     assert float(log_lik(jnp.array([math.log(v)]))) == pytest.approx(want, rel=1e-10)
 
 
-def test_log_evidence_with_a_constrained_site(x64):
+def test_log_evidence_with_a_constrained_site(x64, capsys):
     """Tempering p(v) p(y | v)^β over a positive site: the mean log Ẑ of 12 runs is within 3
     standard errors of the exact log p(y). With the Jacobian in the likelihood instead of the prior
-    the tempered path is wrong and the estimate is off by −0.44 nats here (19 se)."""
+    the tempered path is wrong and the estimate is off by −0.44 nats here (19 se). The progress
+    bars (the pilot's, then the runs'), fed from inside the compiled loop, end at β = 1 with the
+    slowest run's number of temperatures."""
     from ssgp_ppl.smc import tempered_smc_runs
 
     y = np.random.default_rng(3).normal(scale=1.5, size=30)
     runs = tempered_smc_runs(scale_model, None, jnp.asarray(y), runs=12, particles=256,
-                             mcmc_steps=5, seed=4)
+                             mcmc_steps=5, seed=4, progress="tempering")
     err = np.array([r.log_evidence for r in runs]) - scale_log_evidence(y)
     se = err.std(ddof=1) / math.sqrt(len(err))
     assert abs(err.mean()) < 3 * se + 0.01, (err.mean(), se)
+    lines = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    assert any(li.startswith("tempering, pilot run: β 1.000, temperature ") for li in lines)
+    most = max(r.temperatures for r in runs)
+    assert [li for li in lines if li.strip()][-1].startswith(
+        f"tempering, 12 runs: β 1.000, temperature {most} |")
 
 
 def test_importance_log_evidence_over_many_small_modes(x64):
@@ -307,3 +314,4 @@ def test_importance_log_evidence_over_many_small_modes(x64):
     log_z, se, khat = importance_log_evidence(log_prior, log_lik, particles, draws=40_000, seed=0)
     assert khat <= 0.5, khat
     assert abs(log_z - exact) < 4 * se + 0.01, (log_z, exact, se)
+

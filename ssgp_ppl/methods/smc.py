@@ -136,7 +136,8 @@ class SMCMethod(PosteriorSampler):
             runs = tempered_smc_runs(model, x, y, runs=s.runs, particles=s.particles,
                                      mcmc_steps=s.mcmc_steps, integration_steps=s.integration_steps,
                                      target_ess=s.target_ess, seed=seed + SMC_SEED_OFFSET,
-                                     mass=s.mass, pilot=s.pilot)
+                                     mass=s.mass, pilot=s.pilot,
+                                     progress=progress and f"{entry.name}:smc")
         smc_seconds = time.perf_counter() - t0
         inv = [_scalar_invariants(site_values(model, {}, {k: jnp.asarray(v) for k, v in
                                                            r.samples.items()}, x[:1]))
