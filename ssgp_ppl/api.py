@@ -39,20 +39,54 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         dates: str | None = None, force: bool = False, progress: bool = False) -> Posterior:
     """Fit a catalog model and return its :class:`~ssgp_ppl.posterior.Posterior`.
 
-    ``model``: a catalog name (``ssgp_ppl.catalog()``), a TOML path or a loaded entry;
-    ``settings``: catalog overrides, ``{"svi.steps": 2000, "m": 20}`` or ``["m=20"]``.
-    Data, one of: ``data`` a known data set name, a CSV/Parquet path or a pandas DataFrame
-    (``target`` its target column, default the last), split into training and test rows as
-    ``split`` says (the posterior then carries the test scores in ``metrics``); or ``x`` (n, d),
-    ``y`` (n,) arrays, all of them training rows, scored on ``x_test``, ``y_test`` if given.
-    ``method``: one of ``ssgp_ppl.methods.REGISTRY`` (default: the entry's own).
-    A file or DataFrame ``data``, or a DataFrame ``x`` (:class:`~ssgp_ppl.tables.TableOptions`):
-    ``inputs`` / ``drop``
-    choose the input columns (a list or ``"a,b"``), ``dropna`` drops rows with missing values,
-    ``encode="onehot"`` turns text columns into 0/1 inputs, ``dates="numeric"`` date columns into
-    days since 1970-01-01; ``test`` a file or DataFrame of test rows (then every row of ``data``
-    trains). The posterior's ``predict`` takes a DataFrame of the same columns. ``force``: run
-    a fit whose memory estimate exceeds the machine's (refused otherwise).
+    Parameters
+    ----------
+    model : str, path or CatalogEntry
+        A catalog name (``ssgp_ppl.catalog()``), a TOML path or a loaded entry.
+    data : str, path or pandas.DataFrame, optional
+        A known data set name, a CSV/Parquet path or a DataFrame, split into training and test
+        rows as ``split`` says (the posterior then carries the test scores in ``metrics``).
+    x, y : array-like, optional
+        Instead of ``data``: (n, d) inputs and (n,) targets, all of them training rows. A
+        DataFrame ``x`` is read as a table (its text, date and missing values as ``data``'s).
+    target : str, optional
+        The target column of a file or DataFrame ``data`` (default: the last).
+    method : str, optional
+        One of ``ssgp_ppl.methods.REGISTRY`` (default: the entry's own).
+    seed : int
+        The fit's random seed.
+    steps : int, optional
+        The step (iteration) budget of an iterative method (default: the entry's).
+    settings : dict or list of str, optional
+        Catalog overrides: ``{"svi.steps": 2000, "m": 20}`` or ``["m=20"]``.
+    split : int
+        Which train/test split of ``data`` (a seed, or a test-mask column).
+    x_test, y_test : array-like, optional
+        Test rows for ``x``, ``y``: the posterior's ``metrics`` score them.
+    test : str, path or pandas.DataFrame, optional
+        Test rows for a file or DataFrame ``data``, which then trains on every row.
+    inputs, drop : str or list of str, optional
+        The input columns, or the columns to leave out (a list or ``"a,b"``).
+    dropna : bool
+        Drop rows with a missing value in a used column (otherwise an error naming it).
+    encode : str, optional
+        ``"onehot"``: turn text columns into one 0/1 input per category.
+    dates : str, optional
+        ``"numeric"``: turn date columns into days since 1970-01-01.
+    force : bool
+        Run a fit whose memory estimate exceeds the machine's (refused otherwise).
+    progress : bool
+        Show the fit's progress bar.
+
+    Returns
+    -------
+    Posterior
+        The fitted posterior: ``predict``, ``metrics``, ``datatree`` (ArviZ), ``save``, ``info``.
+
+    Warns
+    -----
+    ConvergenceWarning
+        When the fit stopped before its stop rule declared convergence (the step budget).
     """
     entry = _entry(model, settings)
     lik = entry.lik

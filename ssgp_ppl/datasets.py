@@ -201,28 +201,45 @@ def load(
 ) -> Dataset:
     """Load a named data set (see :data:`KNOWN`) or a data file, split and standardise it.
 
-    Args:
-        name_or_path: a name from :func:`known_datasets`, or a path to a ``.csv``, ``.csv.gz``,
-            ``.tsv``, ``.txt`` or ``.parquet`` file with a header row.
-        split: split index ``K``; seeds ``np.random.default_rng(K)`` or picks test-mask column K.
-        data_dir: directory holding the shared data (default :func:`default_data_dir`).
-        target: target column of a data file (default: the last column).
-        subsample: keep this many rows (seeded choice without replacement) before splitting;
-            not for ``pendulum`` / ``autompg``, whose train/test counts are fixed.
-        test_fraction: test share for the permutation-split sets (airline, blog, the 90/10 UCI
-            sets, files); not for the fixed-count or mask sets.
-        x_scaling: ``"standard"`` (zero mean, unit std) or ``"minmax"`` (to [-1, 1]), fitted on
-            the training inputs. The target is always standardised.
-        extra_noise_inputs: append this many Uniform[0, 1] noise columns (seeded by ``split``)
-            before scaling, named ``noise_0``, ``noise_1``, ...
-        target_kind: ``"continuous"`` (standardised), ``"binary"`` (1 where the raw target
-            exceeds ``threshold``, default the training split's median; for the probit
-            likelihood) or ``"count"`` (raw non-negative integers, for the Poisson likelihood);
-            binary and count targets are not scaled.
-        table: for a data file or DataFrame, which columns and rows are used and how text and
-            date columns become inputs (:class:`~ssgp_ppl.tables.TableOptions`).
-        test: a data file or DataFrame with the same columns: every row of the data is then a
-            training row and these are the test rows (encoded as the training table was).
+    Parameters
+    ----------
+    name_or_path
+        A name from :func:`known_datasets`, or a path to a ``.csv``, ``.csv.gz``,
+        ``.tsv``, ``.txt`` or ``.parquet`` file with a header row.
+    split
+        Split index ``K``; seeds ``np.random.default_rng(K)`` or picks test-mask column K.
+    data_dir
+        Directory holding the shared data (default :func:`default_data_dir`).
+    target
+        Target column of a data file (default: the last column).
+    subsample
+        Keep this many rows (seeded choice without replacement) before splitting;
+        not for ``pendulum`` / ``autompg``, whose train/test counts are fixed.
+    test_fraction
+        Test share for the permutation-split sets (airline, blog, the 90/10 UCI
+        sets, files); not for the fixed-count or mask sets.
+    x_scaling
+        ``"standard"`` (zero mean, unit std) or ``"minmax"`` (to [-1, 1]), fitted on
+        the training inputs. The target is always standardised.
+    extra_noise_inputs
+        Append this many Uniform[0, 1] noise columns (seeded by ``split``)
+        before scaling, named ``noise_0``, ``noise_1``, ...
+    target_kind
+        ``"continuous"`` (standardised), ``"binary"`` (1 where the raw target
+        exceeds ``threshold``, default the training split's median; for the probit
+        likelihood) or ``"count"`` (raw non-negative integers, for the Poisson likelihood);
+        binary and count targets are not scaled.
+    table
+        For a data file or DataFrame, which columns and rows are used and how text and
+        date columns become inputs (:class:`~ssgp_ppl.tables.TableOptions`).
+    test
+        A data file or DataFrame with the same columns: every row of the data is then a
+        training row and these are the test rows (encoded as the training table was).
+
+    Returns
+    -------
+    Dataset
+        The training and test rows, standardised with the scalers fitted on the training rows.
     """
     if target_kind not in ("continuous", "binary", "count"):
         raise SSGPError(f"target_kind must be continuous, binary or count, got {target_kind!r}")
