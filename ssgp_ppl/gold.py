@@ -153,9 +153,10 @@ class GoldReference:
         log density as its sampler statistics (lp), as a sampler's posterior has them."""
         import xarray as xr
 
-        from ssgp_ppl.api import load
+        from ssgp_ppl.entry import from_saved
+        from ssgp_ppl.posterior import load
 
-        post = load(self.path / "posterior.nc")
+        post = load(self.path / "posterior.nc", from_saved)
         if post.log_p is None:
             return post
         return post.replace(sample_stats=xr.Dataset({"lp": (("chain", "draw"),
