@@ -111,18 +111,25 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         The target column of a file or DataFrame ``data`` (default: the last).
     method
         One of ``ssgp_ppl.methods.REGISTRY`` (default: the entry's own).
-    seed, steps
-        The random seed; SVI/ML steps or NCVMP iterations (default: the entry's).
+    seed
+        The random seed.
+    steps
+        SVI/ML steps or NCVMP iterations (default: the entry's).
     settings
         Catalog overrides, ``{"svi.steps": 2000, "m": 20}`` or ``["m=20"]``.
-    split, subsample
-        The split index of ``data``; keep this many rows of a named data set before splitting.
+    split
+        The split index of ``data``.
     test
         A file or DataFrame of test rows (then every row of ``data`` trains).
-    inputs, drop, dropna, encode, dates
-        For a table (:class:`~ssgp_ppl.tables.TableOptions`): the input columns (a list or
-        ``"a,b"``), columns to leave out, drop rows with missing values, ``"onehot"`` for text
-        columns, ``"numeric"`` for date columns (days since 1970-01-01).
+    inputs, drop
+        For a table: the input columns, or the columns to leave out (a list or ``"a,b"``).
+    dropna
+        For a table: drop rows with a missing value (else a missing value is an error).
+    encode, dates
+        For a table: ``"onehot"`` turns text columns into 0/1 inputs, ``"numeric"`` date columns
+        into days since 1970-01-01.
+    subsample
+        Keep this many rows of a named data set before splitting.
     spectral_points
         An (m, d) array of fixed spectral points replacing the entry's own, e.g. the set an NCVMP
         fit kept (``post.handoff.spectral_points``), for the methods that take them.
@@ -134,8 +141,8 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     Returns
     -------
     Posterior
-        :class:`~ssgp_ppl.posterior.Posterior`: ``predict`` (raw inputs, or a DataFrame of the
-        same columns), ``metrics``, ``datatree``, ``save``.
+        ``predict`` (raw inputs, or a DataFrame of the same columns), ``metrics``, ``datatree``,
+        ``save``.
     """
     entry = _entry(model, settings)
     steps = _positive(steps, "steps")
@@ -161,7 +168,8 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
     against the reference (the stored gold reference of the same target where there is one,
     else tempered SMC polished by NUTS, computed here), the posterior comparison on
     symmetry-invariant quantities. The reference is labelled with its verdict wherever it is
-    used.
+    used. The data keywords ``target``, ``split``, ``test``, ``subsample``, ``inputs``, ``drop``,
+    ``dropna``, ``encode`` and ``dates`` are those of ``ssgp_ppl.fit``.
 
     Parameters
     ----------
@@ -176,8 +184,6 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
         The random seed of every fit.
     settings
         Catalog overrides, ``{"svi.paths": 4}`` or ``["svi.paths=4"]``.
-    target, split, test, subsample, inputs, drop, dropna, encode, dates
-        Which rows and columns, as for :func:`fit`.
     steps, samples, chains
         The budget of every method: SVI/ML steps and NCVMP iterations; the reference's draws per
         chain and chains (default: the entry's).
@@ -193,9 +199,9 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
     Returns
     -------
     Comparison
-        :class:`~ssgp_ppl.report.Comparison`: ``posteriors`` by method, ``table`` (a pandas
-        DataFrame), ``verdict`` and ``reference_label`` of the reference, ``report`` (the HTML
-        file) and ``to_dict()`` (what ``comparison.json`` holds).
+        ``posteriors`` by method, ``table`` (a pandas DataFrame), ``verdict`` and
+        ``reference_label`` of the reference, ``report`` (the HTML file) and ``to_dict()`` (what
+        ``comparison.json`` holds).
     """
     from ssgp_ppl import report
 
@@ -229,8 +235,8 @@ def load_comparison(folder: str | Path):
     Returns
     -------
     Comparison
-        :class:`~ssgp_ppl.report.Comparison`; its posteriors are read from the folder's
-        ``posterior_<method>.nc`` files when first used.
+        Its posteriors are read from the folder's ``posterior_<method>.nc`` files when first
+        used.
     """
     from ssgp_ppl.report import read_comparison
 
@@ -244,22 +250,24 @@ def select_beta(model: str | Path | CatalogEntry, data=None, x=None, y=None, *,
     """Pick β of a β-ELBO or DLM entry on a validation split (Wei et al. 2021, §6.1).
 
     The entry is fitted for every β of ``grid`` at once on the inner training rows (8/75 of the
-    training rows are kept for validation) and scored on the validation rows.
+    training rows are kept for validation) and scored on the validation rows. ``model``,
+    ``settings`` and the data keywords are those of ``ssgp_ppl.fit`` (the test rows of ``data``
+    are not used).
 
     Parameters
     ----------
-    model, data, x, y, target, split, subsample, settings
-        As for :func:`fit` (the test rows of ``data`` are not used).
     grid
         The β values (default ``[n, n/2, …, 0.01]`` of the inner n).
-    seed, steps
-        The random seed; SVI steps of each fit (default: the entry's).
+    seed
+        The random seed.
+    steps
+        SVI steps of each fit (default: the entry's).
 
     Returns
     -------
     BetaSelection
-        :class:`~ssgp_ppl.selection.BetaSelection`: ``grid``, ``scores`` (validation mean NLL,
-        or MSE for the square-loss DLM), ``criterion`` and the chosen ``beta``.
+        ``grid``, ``scores`` (validation mean NLL, or MSE for the square-loss DLM),
+        ``criterion`` and the chosen ``beta``.
     """
     from ssgp_ppl.selection import select_beta as select
 
@@ -286,7 +294,7 @@ def load(path: str | Path) -> Posterior:
     Returns
     -------
     Posterior
-        The saved :class:`~ssgp_ppl.posterior.Posterior`.
+        The saved posterior.
     """
     return _posterior.load(path, from_saved)
 
