@@ -22,7 +22,6 @@
 # `../reports` (their `comparison.json`), so it runs on its own, in any order with the others.
 
 # %%
-import json
 import os
 
 # four host devices so that NUTS's four chains run in parallel (set before JAX starts)
@@ -33,8 +32,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ssgp_ppl.entry import list_entries, load_entry
-from ssgp_ppl.report import compare_named, summary_rows
+import ssgp_ppl
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 # the committed reports: beside notebooks/ (run from notebooks/ or from the repository root)
@@ -45,25 +43,27 @@ if not SMALL:
 DATASETS = ("pendulum", "autompg")
 
 
-def calibrated(name: str) -> bool:
-    """Posterior approximations of the Gaussian model (DLM entries are loss minimisers, the probit
-    and Poisson entries have no Gaussian predictive to calibrate, the mixture has no report yet)."""
-    svi = load_entry(name).config["inference"]["svi"]
-    return (svi["objective"] == "elbo" and svi["guide"] != "mixture"
-            and load_entry(name).spec(1).likelihood == "gaussian")
+def calibrated(entry: dict) -> bool:
+    """Posterior approximations of the Gaussian model: ELBO or marginal-likelihood fits (DLM and
+    β-ELBO entries are loss minimisers, the probit and Poisson entries have no Gaussian predictive
+    to calibrate, the mixture has no report yet)."""
+    return (entry["likelihood"] == "gaussian" and entry["guide"] != "mixture"
+            and entry["objective"].split()[0] in ("elbo", "marginal"))
 
 
-def result(name: str, data: str) -> dict | None:
-    path = Path(ROOT) / f"{name}-{data}" / "comparison.json"
+def result(name: str, data: str) -> ssgp_ppl.Comparison | None:
+    out = Path(ROOT) / f"{name}-{data}"
+    if (out / "comparison.json").exists():
+        return ssgp_ppl.load_comparison(out)
     if SMALL:  # the quick run reads what the full runs wrote
-        return json.loads(path.read_text()) if path.exists() else None
-    return compare_named(name, data, ROOT, reuse=True)
+        return None
+    return ssgp_ppl.compare(name, data=data, out=out, progress=False)
 
 
-results = {(name, data): res for data in DATASETS for name in list_entries() if calibrated(name)
-           if (res := result(name, data)) is not None}
-rows = [{"dataset": data, **r} for (name, data), res in results.items() for r in summary_rows(res)]
-table = pd.DataFrame(rows)
+results = {(e["name"], data): res for data in DATASETS for e in ssgp_ppl.catalog()
+           if calibrated(e) if (res := result(e["name"], data)) is not None}
+table = pd.concat([res.table.assign(dataset=data) for (name, data), res in results.items()],
+                  ignore_index=True)
 print(table[["dataset", "model", "method", "nmse", "mnlp", "crps", "coverage_90"]].to_string(
     index=False, float_format=lambda v: f"{v:.3f}"))
 
@@ -76,7 +76,7 @@ for ax, data in zip(axes[0], DATASETS, strict=True):
     for (name, d), res in results.items():
         if d != data:
             continue
-        for m in res["methods"]:
+        for m in res.records:
             c = m["coverage_curve"]
             ax.plot(c["nominal"], c["empirical"], marker=".", lw=0.8, label=f"{name}:{m['method']}")
     ax.plot([0, 1], [0, 1], "k--", lw=0.8)
@@ -93,5 +93,5 @@ plt.show()
 
 # %%
 loo = [{"dataset": data, "model": name, "method": m["method"], **m["loo"]}
-       for (name, data), res in results.items() for m in res["methods"] if m.get("loo")]
+       for (name, data), res in results.items() for m in res.records if m.get("loo")]
 print(pd.DataFrame(loo).to_string(index=False, float_format=lambda v: f"{v:.3f}"))

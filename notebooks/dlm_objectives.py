@@ -35,30 +35,27 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ssgp_ppl.datasets import load
-from ssgp_ppl.entry import load_entry
-from ssgp_ppl.pipeline import fit
-from ssgp_ppl.selection import beta_grid, select_beta
+import ssgp_ppl
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 STEPS = 200 if SMALL else 3000
-data = load("pendulum")
-base = load_entry("svbssgp_dlm_log")
-grid = [10.0, 0.1] if SMALL else beta_grid(round(data.n_train * 67 / 75))
+MODEL = "svbssgp_dlm_log"
 # the quick run fits the ELBO and log-DLM only (the other objectives have their own tests)
 OBJECTIVES = ("dlm_log",) if SMALL else ("beta_elbo", "dlm_log", "dlm_square")
 
 # %% [markdown]
 # ## Validation loss as a function of β (full run only)
+# `ssgp_ppl.select_beta` fits the entry for every β of the grid [n, n/2, …, 0.01] at once on the
+# inner training rows and scores each fit on the validation rows.
 
 # %%
 selections, rows = {}, []
 for obj in OBJECTIVES:
-    entry = base.with_overrides([f"objective={obj}"])
-    selections[obj] = (entry, None if SMALL else select_beta(entry, data, grid, steps=STEPS))
+    selections[obj] = None if SMALL else ssgp_ppl.select_beta(
+        MODEL, data="pendulum", settings={"objective": obj}, steps=STEPS)
 if not SMALL:
     fig, ax = plt.subplots(figsize=(6, 4))
-    for obj, (_, sel) in selections.items():
+    for obj, sel in selections.items():
         scores = pd.Series(sel.scores, index=sel.grid)
         ax.plot(scores.index, scores / scores.min(), marker="o", label=f"{obj} ({sel.criterion})")
     ax.set_xscale("log")
@@ -71,12 +68,13 @@ if not SMALL:
 # ## Test metrics with the selected β (and the plain ELBO, β = 1)
 
 # %%
-res = fit(base.with_overrides(["objective=beta_elbo", "beta=1.0"]), data, steps=STEPS, progress=False)
+res = ssgp_ppl.fit(MODEL, data="pendulum", settings={"objective": "beta_elbo", "beta": 1.0},
+                   steps=STEPS)
 rows.append({"objective": "elbo", "beta": 1.0, **res.metrics})
-for obj, (entry, sel) in selections.items():
+for obj, sel in selections.items():
     beta = 0.1 if sel is None else sel.beta
-    res = fit(entry.with_overrides([f"inference.svi.beta={beta!r}"]), data, steps=STEPS,
-              progress=False)
+    res = ssgp_ppl.fit(MODEL, data="pendulum", settings={"objective": obj, "inference.svi.beta": beta},
+                       steps=STEPS)
     rows.append({"objective": obj, "beta": beta, **res.metrics})
 table = pd.DataFrame(rows)
 print(table[["objective", "beta", "nll", "nmse", "rmse", "coverage_90"]].to_string(

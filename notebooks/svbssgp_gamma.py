@@ -16,47 +16,48 @@
 # sVBSSGP fits a joint affine guide α = vec(θ, s) = Mz + b with gradients from k-means partitions
 # (Hoang et al. 2017, §3.1, §4.1); its predictions use the test point's local data through γ:
 # μ = γ φᵀs + (1−γ) φᵀΓ_k⁻¹Φ_kᵀy_k. VSSGP's mean-field guide predicts with γ = 1.
-# One trained q(α) is scored for every γ (γ only enters the test conditional).
+# One trained q(α) is scored for every γ (γ only enters the test conditional): the posterior's
+# predictive rule is swapped for the same rule with another γ (`Posterior.replace`).
 #
 # `SSGP_PPL_SMALL=1` (the test suite) uses a 3000-row subsample of kin40k and few steps.
 
 # %%
+import dataclasses
 import json
 import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 
-from ssgp_ppl.datasets import load
-from ssgp_ppl.entry import load_entry
+import ssgp_ppl
+from ssgp_ppl.datasets import frames
 from ssgp_ppl.metrics import rmse
-from ssgp_ppl.partitions import kmeans_partitions
-from ssgp_ppl.pipeline import fit
-from ssgp_ppl.posterior import Handoff
-from ssgp_ppl.predictive import predict_sites
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
-data = load("kin40k", split=0, subsample=3000 if SMALL else None)
+subsample = 3000 if SMALL else None
 p = 15 if SMALL else 200
-budget = ["svi.steps=300", "svi.min_steps=0"] if SMALL else []
-parts = kmeans_partitions(data.x_train, p, seed=0)
-print(data.n_train, data.n_test, parts.count)
+# both entries build the same k-means partitions of the training rows (p of them, seed 0)
+settings = {"partitions.count": p} | ({"svi.steps": 300, "svi.min_steps": 0} if SMALL else {})
+train, test = frames("kin40k", subsample=subsample)  # the rows fit(data="kin40k") uses
 
 # %%
-sv = fit(load_entry("svbssgp").with_overrides(budget + [f"partitions.count={p}"]), data,
-         progress=False, inputs=Handoff(partitions=parts))
-vs = fit(load_entry("vssgp").with_overrides(budget + [f"partitions.count={p}"]), data,
-         progress=False, inputs=Handoff(partitions=parts))
+sv = ssgp_ppl.fit("svbssgp", data="kin40k", subsample=subsample, settings=settings)
+vs = ssgp_ppl.fit("vssgp", data="kin40k", subsample=subsample, settings=settings)
+print(len(train), len(test), sv.info.partitions)
 print("svbssgp", {k: round(v, 3) for k, v in sv.metrics.items()})
 print("vssgp  ", {k: round(v, 3) for k, v in vs.metrics.items()})
 
 # %%
-sites = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in sv.sites.items()}
-y = data.y_scaler.inverse(data.y_test)
+x_test, y_test = test.iloc[:, :-1], test.iloc[:, -1].to_numpy()
+
+
+def with_gamma(post, gamma: float):
+    """The same q(α) predicting with the γ-conditional of another γ."""
+    return post.replace(rule=dataclasses.replace(post.rule, gamma=gamma))
+
+
 gammas = [-0.3, 0.0, 0.1, 0.2, 0.3, 0.6, 1.0]
-scores = [rmse(y, predict_sites(sites, data, "local", gamma=g, partitions=parts).mean)
-          for g in gammas]
+scores = [rmse(y_test, with_gamma(sv, g).predict(x_test).mean) for g in gammas]
 for g, r in zip(gammas, scores, strict=True):
     print(f"gamma={g:+.1f}  rmse={r:.4f}")
 plt.plot(gammas, scores, "o-", label="sVBSSGP, local γ-conditional")

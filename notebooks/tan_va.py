@@ -19,6 +19,10 @@
 # closed-form expectations of App. A) and SVI with the `gaussian_lambda` guide. Local fits on
 # adaptive neighbourhoods (§6) follow.
 #
+# The fits are `ssgp_ppl.fit`; the first section calls the NCVMP solver itself (`ssgp_ppl.ncvmp`)
+# on the entry's model and the scaled data (`ssgp_ppl.entry.load_entry`, `ssgp_ppl.datasets.load`),
+# since it plots the solver's step sizes, which a fitted posterior does not keep.
+#
 # `SSGP_PPL_SMALL=1` (the test suite) uses m = 10, few restarts and 6 test points for §6, and leaves
 # the SVI twin and the reference to tests/test_tan.py and the Auto-MPG VI-vs-reference notebook.
 
@@ -31,18 +35,16 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
+import ssgp_ppl
 from ssgp_ppl import ncvmp
-from ssgp_ppl.datasets import load
+from ssgp_ppl.datasets import frames, load
 from ssgp_ppl.entry import load_entry
-from ssgp_ppl.methods.ncvmp import algorithm_settings
-from ssgp_ppl.pipeline import fit
-from ssgp_ppl.posterior import Handoff
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 m = 10 if SMALL else 20
-data = load("autompg")
-va = load_entry("tan_va").with_overrides([f"m={m}"] + (["restarts=3"] if SMALL else []))
-print(data.n_train, data.n_test, data.n_features)
+settings = {"m": m} | ({"restarts": 3} if SMALL else {})
+train, test = frames("autompg")
+print(len(train), len(test), train.shape[1] - 1)
 
 # %% [markdown]
 # ## Algorithm 1 vs Algorithm 2 on one spectral set
@@ -50,11 +52,13 @@ print(data.n_train, data.n_test, data.n_features)
 # back to a_t = 1 when a cycle fails (§4); both stop when the relative increase is below 10⁻⁶.
 
 # %%
+va = load_entry("tan_va").with_settings(settings.items())
+data = load("autompg", x_scaling=va.config["data"]["x_scaling"])  # inputs scaled to [−1, 1]
 spec = va.spec(data.n_features)
 prior = ncvmp.tan_prior(spec)
 x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
 runs = {alg: ncvmp.fit_ncvmp(x, y - y.mean(), spec.spectral_points[None], prior,
-                             algorithm_settings(va)._replace(algorithm=alg, restarts=1))
+                             ncvmp.NCVMPSettings(algorithm=alg, restarts=1))
         for alg in (1, 2)}
 fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
 for alg, r in runs.items():
@@ -78,27 +82,29 @@ for alg, r in runs.items():
 # the same model on the spectral set NCVMP kept.
 
 # %%
-res_va = fit(va, data, "ncvmp", progress=False)
-kept = Handoff(spectral_points=res_va.handoff.spectral_points)  # the set NCVMP's restarts kept
-res_svi = None if SMALL else fit(load_entry("tan_va_svi").with_overrides([f"m={m}"]), data, "svi",
-                                 progress=False, inputs=kept)
-res_ref = None if SMALL else fit(va, data, "smc", progress=False, inputs=kept)
+res_va = ssgp_ppl.fit("tan_va", data="autompg", method="ncvmp", settings=settings)
+kept = res_va.handoff.spectral_points  # the set NCVMP's restarts kept
+res_svi = None if SMALL else ssgp_ppl.fit("tan_va_svi", data="autompg", method="svi",
+                                          settings={"m": m}, spectral_points=kept)
+res_ref = None if SMALL else ssgp_ppl.fit("tan_va", data="autompg", method="smc",
+                                          settings=settings, spectral_points=kept)
 for name, r in (("VA (NCVMP)", res_va), ("VA (SVI)", res_svi), ("reference", res_ref)):
     if r is not None:
         print(f"{name:11s}", {k: round(v, 3) for k, v in r.metrics.items()})
 
 # %%
-lam = {name: r.sites["inverse_lengthscales"].reshape(-1, data.n_features)
+d = res_va.n_features
+lam = {name: r.sites["inverse_lengthscales"].reshape(-1, d)
        for name, r in (("NCVMP", res_va), ("SVI", res_svi), ("reference", res_ref)) if r is not None}
 fig, ax = plt.subplots(figsize=(8, 3.5))
 colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 for i, (name, v) in enumerate(lam.items()):
-    ax.boxplot(v, positions=np.arange(data.n_features) * 4 + i, widths=0.8, showfliers=False,
+    ax.boxplot(v, positions=np.arange(d) * 4 + i, widths=0.8, showfliers=False,
                boxprops={"color": colours[i]}, medianprops={"color": colours[i]},
                whiskerprops={"color": colours[i]}, capprops={"color": colours[i]})
     ax.plot([], [], color=colours[i], label=name)
 ax.legend(fontsize=8)
-ax.set_xticks(np.arange(data.n_features) * 4 + 1, data.feature_names, rotation=30)
+ax.set_xticks(np.arange(d) * 4 + 1, res_va.feature_names, rotation=30)
 ax.set_ylabel("λ (inverse lengthscale)")
 ax.set_title("q(λ) by each method (|λ| is identified; the sign of λ with α_b is not)")
 plt.tight_layout()
@@ -109,10 +115,10 @@ plt.show()
 # M₁ on the k Euclidean neighbours, M₂ on the k nearest under the λ-weighted distance (eq. 16).
 
 # %%
-local = load_entry("tan_local").with_overrides([f"m={m}"] + (["restarts=2", "k=40"] if SMALL
-                                                            else []))
-sub = data._replace(x_test=data.x_test[:6], y_test=data.y_test[:6]) if SMALL else data
-res_local = fit(local, sub, "local", progress=False)
+local = {"m": m} | ({"restarts": 2, "k": 40} if SMALL else {})
+# a quick run scores 6 test rows: the training rows as a table, the test rows given
+res_local = ssgp_ppl.fit("tan_local", data=train, test=test.head(6) if SMALL else test,
+                         method="local", settings=local)
 print("local VA", {k: round(v, 3) for k, v in res_local.metrics.items()})
 lf = res_local.datatree["local_fits"]
 mean_abs = np.abs(lf["mu_lambda_euclidean"]).mean(("chain", "draw", "test")).values

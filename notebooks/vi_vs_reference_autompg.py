@@ -33,27 +33,34 @@ import tempfile
 # four host devices so that the reference's four NUTS chains run in parallel (before JAX starts)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import xarray as xr
 
-from ssgp_ppl.report import compare_named, modes_figure, summary_rows
+import ssgp_ppl
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 # a quick run never writes into the committed reports: a temporary folder unless one is given
 ROOT = os.environ.get("SSGP_PPL_REPORTS") or (tempfile.mkdtemp() if SMALL else "../reports")
 REUSE = os.environ.get("SSGP_PPL_REUSE") == "1"  # read existing reports instead of refitting
 ENTRIES = ("tan_va",) if SMALL else ("tan_va", "tan_va_stacked", "tan_va_svi", "tan_local")
-results = {name: compare_named(name, "autompg", ROOT, small_run=SMALL, reuse=REUSE)
-           for name in ENTRIES}
+
+
+def comparison(name: str) -> ssgp_ppl.Comparison:
+    out = Path(ROOT) / f"{name}-autompg"
+    if REUSE and (out / "comparison.json").exists():
+        return ssgp_ppl.load_comparison(out)
+    return ssgp_ppl.compare(name, data="autompg", out=out, small=SMALL, overwrite=True,
+                            progress=False)
+
+
+results = {name: comparison(name) for name in ENTRIES}
 for name, res in results.items():
-    ref = next((m for m in res["methods"] if "reference" in m), None)
-    if ref is not None:
-        d = ref["reference"]
-        print(name, d.get("label", "reference computed here") + ":", "CONVERGED"
-              if d["converged"] else "NOT CONVERGED: " + "; ".join(d["reasons"]))
-table = pd.DataFrame([r for res in results.values() for r in summary_rows(res)])
+    if res.reference is not None:
+        print(name, res.reference.get("label", "reference computed here") + ":", res.verdict)
+table = pd.concat([res.table for res in results.values()], ignore_index=True)
 print(table[["model", "method", "nmse", "mnlp", "crps", "coverage_90", "reference_converged"]]
       .to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
@@ -62,7 +69,7 @@ print(table[["model", "method", "nmse", "mnlp", "crps", "coverage_90", "referenc
 
 # %%
 for name, res in results.items():
-    fig = modes_figure(res["methods"])
+    fig = res.modes_figure()
     if fig is not None:
         fig.suptitle(name, fontsize=10, y=1.02)
         plt.show()
@@ -71,9 +78,9 @@ for name, res in results.items():
 # ## Posterior of σ, γ and λ's spread: NCVMP and SVI against the reference
 
 # %%
-trees = {m: xr.open_datatree(f"{ROOT}/tan_va-autompg/posterior_{m}.nc") for m in ("ncvmp", "smc")}
+trees = {m: results["tan_va"].posteriors[m].datatree for m in ("ncvmp", "smc")}
 if "tan_va_svi" in ENTRIES:
-    trees["svi"] = xr.open_datatree(f"{ROOT}/tan_va_svi-autompg/posterior_svi.nc")
+    trees["svi"] = results["tan_va_svi"].posteriors["svi"].datatree
 d = trees["smc"]["invariants"].sizes["input"]
 fig, axes = plt.subplots(1, 2 + d, figsize=(2.6 * (2 + d), 2.6))
 panels = [("signal", {}), ("noise", {})] + [("frequency_spread", {"input": j}) for j in range(d)]

@@ -17,7 +17,7 @@
 # flipped with their sine amplitudes, and beyond those symmetries distinct frequency sets explain
 # the data almost as well. One VI run sits in one mode; one NUTS chain stays in the mode it
 # starts in. This notebook puts three things side by side for each variational entry, by
-# `ssgp_ppl.report.compare` (the function behind `ssgp-ppl compare`):
+# `ssgp_ppl.compare` (what `ssgp-ppl compare` runs):
 #
 # * **the reference**: at full size, the entry's **gold reference** where one is stored with the
 #   package (`ssgp_ppl.gold`: independent tempered-SMC runs computed once with a large budget and
@@ -39,6 +39,7 @@
 # %%
 import os
 import tempfile
+from pathlib import Path
 
 # four host devices so that the reference's four NUTS chains run in parallel (before JAX starts)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
@@ -46,7 +47,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ssgp_ppl.report import compare_named, modes_figure, summary_rows
+import ssgp_ppl
+from ssgp_ppl import gold
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 # a quick run never writes into the committed reports: a temporary folder unless one is given
@@ -56,7 +58,17 @@ GUIDES = {"ssgp_svi": "auto_mvn, s integrated, stacked", "svbssgp": "joint_affin
           "vssgp": "mean_field (VSSGP)", "tan_va_svi": "gaussian_lambda (SVI)"}
 if SMALL:  # the quick run (test suite): two guide families
     GUIDES = {k: GUIDES[k] for k in ("ssgp_svi", "svbssgp")}
-results = {name: compare_named(name, "pendulum", ROOT, small_run=SMALL, reuse=REUSE) for name in GUIDES}
+
+
+def comparison(name: str) -> ssgp_ppl.Comparison:
+    out = Path(ROOT) / f"{name}-pendulum"
+    if REUSE and (out / "comparison.json").exists():
+        return ssgp_ppl.load_comparison(out)
+    return ssgp_ppl.compare(name, data="pendulum", out=out, small=SMALL, overwrite=True,
+                            progress=False)
+
+
+results = {name: comparison(name) for name in GUIDES}
 
 # %% [markdown]
 # ## The reference's verdict
@@ -65,10 +77,9 @@ results = {name: compare_named(name, "pendulum", ROOT, small_run=SMALL, reuse=RE
 
 # %%
 for name, res in results.items():
-    ref = next(m for m in res["methods"] if "reference" in m)["reference"]
-    verdict = "CONVERGED" if ref["converged"] else "NOT CONVERGED: " + "; ".join(ref["reasons"])
+    ref = res.reference
     lz = ", ".join(f"{v:.1f}" for v in ref.get("log_evidence", []))
-    print(f"{name}: {ref.get('label', 'reference computed here')}: {verdict}\n"
+    print(f"{name}: {ref.get('label', 'reference computed here')}: {res.verdict}\n"
           f"    modes {ref['modes']}, SMC log evidence per run [{lz}]")
 
 # %% [markdown]
@@ -83,8 +94,6 @@ for name, res in results.items():
 # CONVERGED: see the results pages "Gold references" and "VI against the gold references".)
 
 # %%
-from ssgp_ppl import gold  # noqa: E402
-
 for name in ("tan_va_svi", "ssgp_svi"):
     g = next(g for g in gold.stored() if g.provenance["entry"] == name
              and g.provenance["dataset"] == "pendulum")
@@ -106,7 +115,7 @@ for name in ("tan_va_svi", "ssgp_svi"):
 # chains stacked as paths (what stacking non-mixing chains gives, Yao, Vehtari & Gelman 2022).
 
 # %%
-table = pd.DataFrame([r for res in results.values() for r in summary_rows(res)])
+table = pd.concat([res.table for res in results.values()], ignore_index=True)
 pd.set_option("display.width", 200)
 print(table[["model", "method", "nmse", "mnlp", "crps", "coverage_90",
              "reference_converged"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -121,7 +130,7 @@ print(table[["model", "method", "nmse", "mnlp", "crps", "coverage_90",
 
 # %%
 for name, res in results.items():
-    fig = modes_figure(res["methods"])
+    fig = res.modes_figure()
     if fig is not None:
         fig.suptitle(name, fontsize=10, y=1.02)
         plt.show()
@@ -135,7 +144,7 @@ for name, res in results.items():
 # %%
 rows = []
 for name, res in results.items():
-    for m in res["methods"]:
+    for m in res.records:
         for q, v in m.get("vs_reference", {}).items():
             if isinstance(v, dict):
                 rows.append({"model": name, "method": m["method"], "quantity": q,
@@ -144,5 +153,5 @@ for name, res in results.items():
 print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
 # %% [markdown]
-# The per-entry HTML reports (`report.html` in each folder) hold the other plots: predictive
-# bands, coverage curves, PIT and LOO-PIT Δ-ECDFs, and the VI-vs-reference marginals.
+# The per-entry HTML reports (`res.report`, `report.html` in each folder) hold the other plots:
+# predictive bands, coverage curves, PIT and LOO-PIT Δ-ECDFs, and the VI-vs-reference marginals.

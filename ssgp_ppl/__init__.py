@@ -25,19 +25,25 @@ except _metadata.PackageNotFoundError:  # a source tree without the package inst
 # public name -> (module, attribute), imported on first use
 _LAZY = {
     "fit": ("ssgp_ppl.api", "fit"),
+    "compare": ("ssgp_ppl.api", "compare"),
     "load": ("ssgp_ppl.api", "load"),
+    "load_comparison": ("ssgp_ppl.api", "load_comparison"),
+    "select_beta": ("ssgp_ppl.api", "select_beta"),
     "catalog": ("ssgp_ppl.api", "catalog"),
     "add_catalog": ("ssgp_ppl.api", "add_catalog"),
     "register_method": ("ssgp_ppl.methods", "register"),
     "SSGPRegressor": ("ssgp_ppl.estimator", "SSGPRegressor"),
+    "Comparison": ("ssgp_ppl.report", "Comparison"),
+    "Posterior": ("ssgp_ppl.posterior", "Posterior"),
 }
 _API = tuple(_LAZY)
 
 
 def __getattr__(name: str):
-    """The public API (``fit``, ``load``, ``catalog``, ``add_catalog``, the ``register_*``
-    functions of :mod:`ssgp_ppl.plugins`' registries), imported on first use so that
-    ``import ssgp_ppl`` stays light (no JAX, NumPyro or ArviZ until they are used)."""
+    """The public API (``fit``, ``compare``, ``load``, ``load_comparison``, ``select_beta``,
+    ``catalog``, ``add_catalog``, the ``register_*`` functions of :mod:`ssgp_ppl.plugins`'
+    registries, the result types ``Posterior`` and ``Comparison``), imported on first use so
+    that ``import ssgp_ppl`` stays light (no JAX, NumPyro or ArviZ until they are used)."""
     if name in _LAZY:
         import importlib
 

@@ -1,4 +1,5 @@
-"""The Python API: :func:`fit`, :func:`load`, :func:`catalog` (also as ``ssgp_ppl.fit`` …).
+"""The Python API: :func:`fit`, :func:`compare`, :func:`load`, :func:`catalog` (also as
+``ssgp_ppl.fit`` …).
 
 >>> import ssgp_ppl
 >>> post = ssgp_ppl.fit("ssgp_svi", data="pendulum")          # doctest: +SKIP
@@ -8,15 +9,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import warnings
 from pathlib import Path
+
+import numpy as np
 
 from ssgp_ppl import datasets, methods, pipeline
 from ssgp_ppl import posterior as _posterior
 from ssgp_ppl.entry import CatalogEntry, add_catalog, catalog_files, from_saved, load_entry
 from ssgp_ppl.errors import CatalogWarning, ConvergenceWarning, SSGPError, check_seed
-from ssgp_ppl.posterior import Posterior, stop_text
+from ssgp_ppl.posterior import Handoff, Posterior, stop_text
 from ssgp_ppl.tables import TableOptions
 
 
@@ -32,56 +36,113 @@ def _entry(model, settings) -> CatalogEntry:
                     f"{type(settings).__name__}")
 
 
+def _positive(value, what: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                              or value < 1):
+        raise SSGPError(f"{what} must be a positive integer, got {value!r}")
+    return None if value is None else int(value)
+
+
+def _dataset(entry: CatalogEntry, data, x, y, *, target, split, x_test, y_test, test, table,
+             subsample) -> datasets.Dataset:
+    """The data of a fit: ``data`` (a name, a file or a DataFrame) or the arrays ``x``, ``y``,
+    inputs scaled as the entry's ``[data] x_scaling`` says."""
+    lik = entry.lik
+    scaling = entry.config["data"]["x_scaling"]
+    if data is not None and (x is not None or y is not None):
+        raise SSGPError("give either data= or x=, y=, not both")
+    if data is not None:
+        if x_test is not None or y_test is not None:
+            raise SSGPError("x_test= and y_test= go with x=, y=; with data= give test= (a file "
+                            "or DataFrame of test rows)")
+        return datasets.load(data, split=split, target=target, x_scaling=scaling,
+                             target_kind=lik.target, table=table, test=test, subsample=subsample)
+    if x is not None and y is not None:
+        for key, value, use in (("target", target, "the target is y"),
+                                ("split", split or None, "every row of x trains"),
+                                ("subsample", subsample, "every row of x trains"),
+                                ("test", test, "give x_test=, y_test=")):
+            if value is not None:
+                raise SSGPError(f"{key}= applies to data= (a name, a file or a DataFrame); with "
+                                f"x=, y= {use}")
+        return datasets.from_arrays(x, y, x_test, y_test, x_scaling=scaling,
+                                    target_kind=lik.target, table=table)
+    raise SSGPError("fit needs data= (a name, a file path or a DataFrame) or x= and y= arrays")
+
+
+def _handoff(entry, ds, method, spectral_points, *, seed, progress) -> Handoff | None:
+    """The hand-over of a fit given ``spectral_points`` (None without them)."""
+    if spectral_points is None:
+        return None
+    m = methods.get(method or entry.methods[0])
+    if "spectral_points" not in m.accepts:
+        takes = ", ".join(k for k, v in methods.REGISTRY.items() if "spectral_points" in v.accepts)
+        raise SSGPError(f"spectral_points= applies to the methods that take spectral points "
+                        f"({takes}), not to {m.name}")
+    points = datasets.real_array(spectral_points, "spectral_points")
+    want = (entry.config["model"]["m"], ds.n_features)
+    if points.shape != want or not np.all(np.isfinite(points)):
+        raise SSGPError(f"spectral_points must be a finite (m, d) = {want} array for "
+                        f"{entry.name} on these inputs, got shape {points.shape}")
+    given = pipeline.prerequisites(entry, ds, m, seed=seed, progress=progress) \
+        if m.requires(entry) else Handoff()
+    return dataclasses.replace(given, spectral_points=points)
+
+
 def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: str | None = None,
         method: str | None = None, seed: int = 0, steps: int | None = None,
         settings: dict | list[str] | None = None, split: int = 0, x_test=None, y_test=None,
         test=None, inputs=None, drop=None, dropna: bool = False, encode: str | None = None,
-        dates: str | None = None, force: bool = False, progress: bool = False) -> Posterior:
-    """Fit a catalog model and return its :class:`~ssgp_ppl.posterior.Posterior`.
+        dates: str | None = None, subsample: int | None = None, spectral_points=None,
+        force: bool = False, progress: bool = False) -> Posterior:
+    """Fit a catalog model and return its posterior.
 
     Parameters
     ----------
-    model : str, path or CatalogEntry
+    model
         A catalog name (``ssgp_ppl.catalog()``), a TOML path or a loaded entry.
-    data : str, path or pandas.DataFrame, optional
-        A known data set name, a CSV/Parquet path or a DataFrame, split into training and test
-        rows as ``split`` says (the posterior then carries the test scores in ``metrics``).
-    x, y : array-like, optional
-        Instead of ``data``: (n, d) inputs and (n,) targets, all of them training rows. A
-        DataFrame ``x`` is read as a table (its text, date and missing values as ``data``'s).
-    target : str, optional
+    data
+        A known data set name, a CSV/Parquet path or a pandas DataFrame, split into training and
+        test rows as ``split`` says; the posterior then carries the test scores in ``metrics``.
+    x, y
+        Instead of ``data``: (n, d) inputs and (n,) targets, all of them training rows, scored on
+        ``x_test``, ``y_test`` if given. A DataFrame ``x`` is read as a table.
+    target
         The target column of a file or DataFrame ``data`` (default: the last).
-    method : str, optional
+    method
         One of ``ssgp_ppl.methods.REGISTRY`` (default: the entry's own).
-    seed : int
-        The fit's random seed.
-    steps : int, optional
-        The step (iteration) budget of an iterative method (default: the entry's).
-    settings : dict or list of str, optional
-        Catalog overrides: ``{"svi.steps": 2000, "m": 20}`` or ``["m=20"]``.
-    split : int
-        Which train/test split of ``data`` (a seed, or a test-mask column).
-    x_test, y_test : array-like, optional
-        Test rows for ``x``, ``y``: the posterior's ``metrics`` score them.
-    test : str, path or pandas.DataFrame, optional
-        Test rows for a file or DataFrame ``data``, which then trains on every row.
-    inputs, drop : str or list of str, optional
-        The input columns, or the columns to leave out (a list or ``"a,b"``).
-    dropna : bool
-        Drop rows with a missing value in a used column (otherwise an error naming it).
-    encode : str, optional
-        ``"onehot"``: turn text columns into one 0/1 input per category.
-    dates : str, optional
-        ``"numeric"``: turn date columns into days since 1970-01-01.
-    force : bool
+    seed
+        The random seed.
+    steps
+        SVI/ML steps or NCVMP iterations (default: the entry's).
+    settings
+        Catalog overrides, ``{"svi.steps": 2000, "m": 20}`` or ``["m=20"]``.
+    split
+        The split index of ``data``.
+    test
+        A file or DataFrame of test rows (then every row of ``data`` trains).
+    inputs, drop
+        For a table: the input columns, or the columns to leave out (a list or ``"a,b"``).
+    dropna
+        For a table: drop rows with a missing value (else a missing value is an error).
+    encode, dates
+        For a table: ``"onehot"`` turns text columns into 0/1 inputs, ``"numeric"`` date columns
+        into days since 1970-01-01.
+    subsample
+        Keep this many rows of a named data set before splitting.
+    spectral_points
+        An (m, d) array of fixed spectral points replacing the entry's own, e.g. the set an NCVMP
+        fit kept (``post.handoff.spectral_points``), for the methods that take them.
+    force
         Run a fit whose memory estimate exceeds the machine's (refused otherwise).
-    progress : bool
-        Show the fit's progress bar.
+    progress
+        Show progress on stderr.
 
     Returns
     -------
     Posterior
-        The fitted posterior: ``predict``, ``metrics``, ``datatree`` (ArviZ), ``save``, ``info``.
+        ``predict`` (raw inputs, or a DataFrame of the same columns), ``metrics``, ``datatree``,
+        ``save``.
 
     Warns
     -----
@@ -89,38 +150,140 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         When the fit stopped before its stop rule declared convergence (the step budget).
     """
     entry = _entry(model, settings)
-    lik = entry.lik
-    scaling = entry.config["data"]["x_scaling"]
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, numbers.Integral)
-                              or steps < 1):
-        raise SSGPError(f"steps must be a positive integer, got {steps!r}")
-    steps = None if steps is None else int(steps)
+    steps = _positive(steps, "steps")
     seed = check_seed(seed)
-    if data is not None and (x is not None or y is not None):
-        raise SSGPError("give either data= or x=, y=, not both")
     table = TableOptions.of(inputs, drop, dropna, encode, dates)
-    if data is not None:
-        if x_test is not None or y_test is not None:
-            raise SSGPError("x_test= and y_test= go with x=, y=; with data= give test= (a file "
-                            "or DataFrame of test rows)")
-        ds = datasets.load(data, split=split, target=target, x_scaling=scaling,
-                           target_kind=lik.target, table=table, test=test)
-    elif x is not None and y is not None:
-        for key, value, use in (("target", target, "the target is y"),
-                                ("split", split or None, "every row of x trains"),
-                                ("test", test, "give x_test=, y_test=")):
-            if value is not None:
-                raise SSGPError(f"{key}= applies to data= (a name, a file or a DataFrame); with "
-                                f"x=, y= {use}")
-        ds = datasets.from_arrays(x, y, x_test, y_test, x_scaling=scaling, target_kind=lik.target,
-                                  table=table)
-    else:
-        raise SSGPError("fit needs data= (a name, a file path or a DataFrame) or x= and y= arrays")
-    post = pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress, force=force)
+    ds = _dataset(entry, data, x, y, target=target, split=split, x_test=x_test, y_test=y_test,
+                  test=test, table=table, subsample=subsample)
+    given = _handoff(entry, ds, method, spectral_points, seed=seed, progress=progress)
+    post = pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress, force=force,
+                        inputs=given)
     if post.info.converged is False:  # None: a method without a stop rule (samplers)
         warnings.warn(f"{entry.name}:{post.method}: {stop_text(post.info)}; raise the budget "
                       "(steps=) or see post.info", ConvergenceWarning, stacklevel=2)
     return post
+
+
+def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | None = None,
+            seed: int = 0, settings: dict | list[str] | None = None, target: str | None = None,
+            split: int = 0, test=None, subsample: int | None = None, inputs=None, drop=None,
+            dropna: bool = False, encode: str | None = None, dates: str | None = None,
+            steps: int | None = None, samples: int | None = None, chains: int | None = None,
+            small: bool = False, fresh_reference: bool = False, overwrite: bool = False,
+            resume: bool = False, progress: bool = True):
+    """Fit every method of a catalog entry and its reference on one split; write the report.
+
+    What ``ssgp-ppl compare`` does: each method's test metrics, coverage curve, PSIS-LOO and,
+    against the reference (the stored gold reference of the same target where there is one,
+    else tempered SMC polished by NUTS, computed here), the posterior comparison on
+    symmetry-invariant quantities. The reference is labelled with its verdict wherever it is
+    used. The data keywords ``target``, ``split``, ``test``, ``subsample``, ``inputs``, ``drop``,
+    ``dropna``, ``encode`` and ``dates`` are those of ``ssgp_ppl.fit``.
+
+    Parameters
+    ----------
+    model
+        A catalog name, a TOML path or a loaded entry.
+    data
+        A known data set name, a CSV/Parquet path or a pandas DataFrame (Gaussian targets).
+    out
+        The output folder (default ``runs/<model>-<data>-compare``): ``comparison.json``,
+        ``report.html`` and each method's ``posterior_<method>.nc``.
+    seed
+        The random seed of every fit.
+    settings
+        Catalog overrides, ``{"svi.paths": 4}`` or ``["svi.paths=4"]``.
+    steps, samples, chains
+        The budget of every method: SVI/ML steps and NCVMP iterations; the reference's draws per
+        chain and chains (default: the entry's).
+    small
+        A quick run: small budgets and the first 80 training and 30 test rows.
+    fresh_reference
+        Compute the reference here even where a stored gold reference matches.
+    overwrite, resume
+        Replace a comparison already in ``out``; continue an interrupted one.
+    progress
+        Show progress on stderr.
+
+    Returns
+    -------
+    Comparison
+        ``posteriors`` by method, ``table`` (a pandas DataFrame), ``verdict`` and
+        ``reference_label`` of the reference, ``report`` (the HTML file) and ``to_dict()`` (what
+        ``comparison.json`` holds).
+    """
+    from ssgp_ppl import report
+
+    seed = check_seed(seed)
+    budget = {k: _positive(v, k) for k, v in (("steps", steps), ("samples", samples),
+                                              ("chains", chains))}
+    if data is None:
+        raise SSGPError("compare needs data= (a name, a file path or a DataFrame)")
+    entry = _entry(model, settings)
+    table = TableOptions.of(inputs, drop, dropna, encode, dates)
+    ds = _dataset(entry, data, None, None, target=target, split=split, x_test=None, y_test=None,
+                  test=test, table=table, subsample=subsample)
+    if small:  # the given settings still apply on top of the quick run's
+        entry, ds = report.small(entry, ds)
+        entry = _entry(entry, settings)
+    entry = report.budget(entry, ds.n_train, **budget)
+    out = Path(f"runs/{entry.name}-{ds.name}-compare" if out is None else out)
+    return report.run_comparison(entry, ds, out, seed=seed, progress=progress,
+                                 fresh_reference=fresh_reference, overwrite=overwrite,
+                                 resume=resume)
+
+
+def load_comparison(folder: str | Path):
+    """A comparison written by :func:`compare` (or ``ssgp-ppl compare``), read from its folder.
+
+    Parameters
+    ----------
+    folder
+        The comparison's output folder (or its ``comparison.json``).
+
+    Returns
+    -------
+    Comparison
+        Its posteriors are read from the folder's ``posterior_<method>.nc`` files when first
+        used.
+    """
+    from ssgp_ppl.report import read_comparison
+
+    return read_comparison(folder)
+
+
+def select_beta(model: str | Path | CatalogEntry, data=None, x=None, y=None, *,
+                grid: list[float] | None = None, seed: int = 0, steps: int | None = None,
+                settings: dict | list[str] | None = None, target: str | None = None,
+                split: int = 0, subsample: int | None = None):
+    """Pick β of a β-ELBO or DLM entry on a validation split (Wei et al. 2021, §6.1).
+
+    The entry is fitted for every β of ``grid`` at once on the inner training rows (8/75 of the
+    training rows are kept for validation) and scored on the validation rows. ``model``,
+    ``settings`` and the data keywords are those of ``ssgp_ppl.fit`` (the test rows of ``data``
+    are not used).
+
+    Parameters
+    ----------
+    grid
+        The β values (default ``[n, n/2, …, 0.01]`` of the inner n).
+    seed
+        The random seed.
+    steps
+        SVI steps of each fit (default: the entry's).
+
+    Returns
+    -------
+    BetaSelection
+        ``grid``, ``scores`` (validation mean NLL, or MSE for the square-loss DLM),
+        ``criterion`` and the chosen ``beta``.
+    """
+    from ssgp_ppl.selection import select_beta as select
+
+    entry = _entry(model, settings)
+    ds = _dataset(entry, data, x, y, target=target, split=split, x_test=None, y_test=None,
+                  test=None, table=TableOptions(), subsample=subsample)
+    return select(entry, ds, grid, seed=check_seed(seed), steps=_positive(steps, "steps"))
 
 
 def load(path: str | Path) -> Posterior:
@@ -130,14 +293,33 @@ def load(path: str | Path) -> Posterior:
     corrupted since it was saved (its sha256 checksum), a stored entry that is not a valid catalog
     entry, scalers that are not finite, and a file declaring arrays no saved posterior holds
     (checked before any data are read). A file saved without a checksum loads after the other
-    checks."""
+    checks.
+
+    Parameters
+    ----------
+    path
+        The file :meth:`Posterior.save` (or ``ssgp-ppl fit``) wrote.
+
+    Returns
+    -------
+    Posterior
+        The saved posterior.
+    """
     return _posterior.load(path, from_saved)
 
 
 def catalog() -> list[dict]:
-    """The catalog entries: name, when to use it, methods, guide, objective, description and the file
-    (``ssgp-ppl models``). A file that is not a valid entry (a user catalog's) is skipped with a
-    :class:`~ssgp_ppl.errors.CatalogWarning` naming the file and the problem."""
+    """The catalog entries (``ssgp-ppl models``).
+
+    A file that is not a valid entry (a user catalog's) is skipped with a
+    :class:`~ssgp_ppl.errors.CatalogWarning` naming the file and the problem.
+
+    Returns
+    -------
+    list of dict
+        One dict per entry: name, use when, methods, guide, objective, likelihood, description
+        and file.
+    """
     files, clashes = catalog_files()
     problems = list(clashes.values())
     rows = []
@@ -151,11 +333,12 @@ def catalog() -> list[dict]:
         guides = [g for g in (m.guide_label(e) for m in listed) if g]
         rows.append({"name": name, "use when": e.use_when, "methods": ",".join(e.methods),
                      "guide": guides[0] if guides else "-",
-                     "objective": listed[0].objective_label(e), "description": e.description,
+                     "objective": listed[0].objective_label(e),
+                     "likelihood": e.config["model"]["likelihood"], "description": e.description,
                      "file": str(path)})
     for p in problems:
         warnings.warn(p, CatalogWarning, stacklevel=2)
     return rows
 
 
-__all__ = ["fit", "load", "catalog", "add_catalog"]
+__all__ = ["add_catalog", "catalog", "compare", "fit", "load", "load_comparison", "select_beta"]

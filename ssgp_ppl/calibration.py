@@ -325,3 +325,9 @@ def reference_health(dt: xr.DataTree, info) -> dict:
     out["reasons"] = reasons
     out["converged"] = not reasons
     return out
+
+
+__all__ = ["BFMI_MIN", "ESS_MIN", "LOG_DENSITY_SPREAD", "LOG_EVIDENCE_SPREAD", "PIT_BAND",
+           "RHAT_BELOW", "RUNS_RHAT", "PITReading", "chain_loo", "has_loo",
+           "invariant_diagnostics", "is_vi", "loo_summary", "nuts_health", "pit_reading", "psislw",
+           "reference_health", "vi_loo_weights"]

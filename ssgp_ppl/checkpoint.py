@@ -176,3 +176,7 @@ def run_fingerprint(entry, data, method: str, seed: int,
                                   method=method, steps=steps,
                                   x64=bool(jax.config.read("jax_enable_x64")),
                                   jax=jax.__version__, numpyro=numpyro.__version__, **extra)
+
+
+__all__ = ["DEFAULT_EVERY", "Checkpoint", "Saved", "fingerprint", "load", "restore_leaves",
+           "run_fingerprint", "save"]

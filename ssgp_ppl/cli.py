@@ -667,3 +667,6 @@ def _main(argv: list[str] | None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+__all__ = ["main"]

@@ -213,3 +213,6 @@ def map_rows(fn: Callable, x, client: distributed.Client | None = None, *,
         parts = map_chunks(_rows_chunk, [x[r:r + size] for r in _starts(len(x), size)], c,
                            shared={"fn": fn})
     return tuple(np.concatenate(field, axis=-1) for field in zip(*parts, strict=True))
+
+
+__all__ = ["client", "local_predict_distributed", "map_chunks", "map_rows"]

@@ -35,6 +35,8 @@ __all__ = [
     "Dataset",
     "Scaler",
     "default_data_dir",
+    "frames",
+    "from_arrays",
     "known_datasets",
     "load",
 ]
@@ -306,6 +308,25 @@ def load(
                            target_kind, threshold)
     return _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample,
                             extra_noise_inputs, x_scaling, target_kind, threshold)
+
+
+def frames(name: str, split: int = 0, *, data_dir: str | Path | None = None,
+           subsample: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The training and test rows of a named data set in original units, as two DataFrames of
+    the input columns and the target (last): the rows :func:`load` and ``ssgp_ppl.fit(...,
+    data=name)`` use for the same ``split`` and ``subsample``."""
+    if not isinstance(name, str) or _ALIASES.get(name.strip().lower(), name.strip().lower()) \
+            not in KNOWN:
+        raise SSGPError(f"frames takes a known data set name ({', '.join(KNOWN)}), got {name!r}; "
+                        "a data file is read with pandas")
+    d = load(name, split, data_dir=data_dir, subsample=subsample)
+    cols = [*d.feature_names, d.target_name]
+
+    def table(x, y):
+        return pd.DataFrame(np.column_stack([d.x_scaler.inverse(x), d.y_scaler.inverse(y)]),
+                            columns=cols)
+
+    return table(d.x_train, d.y_train), table(d.x_test, d.y_test)
 
 
 def _load_table(df, where, name, target, table, test, test_fraction, split, subsample,

@@ -171,3 +171,5 @@ def label_units(dt: xr.DataTree) -> xr.DataTree:
     return dt
 
 
+__all__ = ["DIMS", "UNITS", "assemble", "label_units", "precision_attrs", "stop_attrs",
+           "train_draws"]

@@ -387,3 +387,7 @@ def _not_a_file(p: Path) -> str:
 def list_entries() -> list[str]:
     """Names of all catalog entries (built-in and user), sorted."""
     return sorted(catalog_files()[0])
+
+
+__all__ = ["BUILTIN_CATALOG", "CATALOG_ENV", "SCHEMA", "CatalogEntry", "add_catalog",
+           "catalog_dirs", "catalog_files", "from_saved", "list_entries", "load_entry", "schema"]

@@ -45,3 +45,6 @@ class DataWarning(UserWarning):
 class CatalogWarning(UserWarning):
     """A user catalog file that is not an entry (it does not validate, or its name is taken):
     ``ssgp_ppl.catalog()`` and ``ssgp-ppl models`` skip it with this warning; using it is an error."""
+
+
+__all__ = ["SEED_MAX", "CatalogWarning", "PrecisionWarning", "SSGPError", "check_seed", "one_line"]

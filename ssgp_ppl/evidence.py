@@ -209,3 +209,6 @@ def importance_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_00
     ratio = np.exp(lw - lw.max())
     se = float(ratio.std() / ratio.mean() / math.sqrt(draws))
     return log_z, se, khat
+
+
+__all__ = ["GaussianTarget", "correlated_gaussian", "importance_log_evidence"]

@@ -153,9 +153,10 @@ class GoldReference:
         log density as its sampler statistics (lp), as a sampler's posterior has them."""
         import xarray as xr
 
-        from ssgp_ppl.api import load
+        from ssgp_ppl.entry import from_saved
+        from ssgp_ppl.posterior import load
 
-        post = load(self.path / "posterior.nc")
+        post = load(self.path / "posterior.nc", from_saved)
         if post.log_p is None:
             return post
         return post.replace(sample_stats=xr.Dataset({"lp": (("chain", "draw"),
@@ -383,3 +384,9 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
         "verdict": v}
     write_json(out / "gold.json", provenance)
     return GoldReference(out, provenance)
+
+
+__all__ = ["ATTAINABLE_HOURS", "ESS_MIN", "GOLD_DIR", "GOLD_FORMAT", "IS_KHAT_MAX", "IS_MATCH",
+           "IS_MAX_DIM", "LOG_Z_SD_MAX", "MIN_RUNS", "NLPD_TOL", "RHAT_MAX", "GoldReference",
+           "attainable", "budget_needed", "comparison_handoff", "criteria_text", "find", "store",
+           "stored", "target_hash", "target_key", "target_points", "verdict"]

@@ -490,3 +490,8 @@ def nuts_init(site=None):
     if site["name"].split("_decentered")[0] in ("frequencies", "nuisance"):
         return init_to_sample(site)
     return init_to_median(site, num_samples=15)
+
+
+__all__ = ["GUIDES", "AutoMultivariateNormal", "EmptyGuide", "GaussianLambdaGuide", "Guide",
+           "JointAffineGuide", "MAPGuide", "MeanFieldGuide", "MixtureGuide", "NumPyroAutoGuide",
+           "initial_values", "known_guides", "make_guide", "nuts_init"]

@@ -531,3 +531,8 @@ def run_nuts(
     mcmc.run(jax.random.PRNGKey(seed), x, y, init_params=init_params,
              extra_fields=("diverging", "energy", "potential_energy", "num_steps"))
     return mcmc
+
+
+__all__ = ["Batching", "SVIResult", "Schedule", "Trend", "batch_sampler", "guide_draws",
+           "guide_draws_with_density", "loss_trend", "optimizer", "reparam_for_nuts", "run_nuts",
+           "run_svi", "run_svi_paths", "site_values"]

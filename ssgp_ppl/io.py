@@ -127,3 +127,7 @@ def write_datatree(path: Path, dt) -> None:
     that is not a regular file is refused before the tree is serialised)."""
     check_target(path)
     write_bytes_atomic(path, dt.to_netcdf(engine="h5netcdf"))
+
+
+__all__ = ["check_target", "file_kind", "print_json", "write_bytes_atomic", "write_datatree",
+           "write_json", "write_text_atomic"]

@@ -241,3 +241,7 @@ def get(name: str, df: float = STUDENT_T_DF) -> Likelihood:
     if name == "poisson":
         return POISSON
     raise SSGPError(f"unknown likelihood {name!r}; known: {', '.join(LIKELIHOODS)}")
+
+
+__all__ = ["GAUSSIAN", "LIKELIHOODS", "POISSON", "PROBIT", "Likelihood", "get", "hermite",
+           "student_t"]

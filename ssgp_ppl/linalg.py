@@ -224,3 +224,7 @@ def resolution(x, y, frequencies, signal, noise, *, jitter: bool = True) -> Reso
     return Resolution(str(np.dtype(dtype)), len(pick), float(np.median(noi)),
                       float(np.median(floor)), float(np.median(best)), int(np.sum(pinned)),
                       float(eps_j[worst]), int(np.sum(eps_j > 0)), float(acts[worst]))
+
+
+__all__ = ["JITTER", "Resolution", "check_finite", "cholesky", "gram", "jitter_level",
+           "profile_noise", "resolution"]

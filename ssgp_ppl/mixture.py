@@ -102,3 +102,6 @@ def avi_elbo(rng_key, params, model, guide, x, y=None, *, samples: int = 8, **mo
     prior_sd = jnp.concatenate([theta_sd, jnp.full((2 * m,), signal / math.sqrt(m))])
     elbo = expected_ll + cross_entropy(loc, scale, prior_sd) + entropy_bound(loc, scale)
     return -(elbo + score)
+
+
+__all__ = ["avi_elbo", "cross_entropy", "entropy_bound"]

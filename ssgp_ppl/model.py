@@ -268,3 +268,8 @@ def draw_nuisance(key, phi, y, signal, noise):
     mean, chol = nuisance_posterior(phi, y, signal, noise)
     z = jax.random.normal(key, mean.shape, mean.dtype)
     return mean + noise * jax.scipy.linalg.solve_triangular(chol.T, z, lower=False)
+
+
+__all__ = ["HYPERPARAMETERS", "Hyper", "SSGPMarginal", "SSGPSpec", "draw_nuisance",
+           "frequencies_of", "frequency_prior", "hyper_site", "marginal_log_likelihood",
+           "nuisance_posterior", "ssgp_model", "with_start"]

@@ -586,3 +586,8 @@ def check_data(x, y, m: int):
     n = np.shape(x)[0]
     if n < 5:
         raise SSGPError(f"NCVMP needs at least 5 training rows (got {n})")
+
+
+__all__ = ["DEFAULT_SETTINGS", "NCVMPResult", "NCVMPSettings", "NCVMPState", "TanPrior",
+           "check_data", "expected_features", "expected_gram", "fit_ncvmp", "init_state", "log_q",
+           "lower_bound", "noise_moments", "predictive", "sample_q", "spectral_sets", "tan_prior"]

@@ -147,3 +147,6 @@ def local_predict(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k:
         if bar is not None:
             bar.close()
     return LocalResult(mean2, var2, mean1, var1, lam1, lam2, bound2, it2, idx2)
+
+
+__all__ = ["LocalResult", "local_predict", "weighted_neighbours"]

@@ -308,3 +308,7 @@ def make_objective(name: str, *, beta: float | None = 1.0, particles: int = 1,
     if beta is not None:
         options["beta"] = beta
     return Objective(fns[name], **options)
+
+
+__all__ = ["GRADIENTS", "OBJECTIVES", "Objective", "beta_elbo", "dlm_log", "dlm_square",
+           "gaussian_kl", "make_objective"]

@@ -90,3 +90,6 @@ def kmeans_partitions(x, p: int, *, seed: int = 0, sample: int = 20000,
         mask[k, :len(q)] = True
     centres = np.stack([x[q].mean(axis=0) for q in pieces])
     return Partitions(centres, blocks, mask, sizes)
+
+
+__all__ = ["Partitions", "auto_count", "kmeans_partitions"]

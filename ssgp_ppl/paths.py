@@ -312,3 +312,8 @@ def run(method, entry, data, *, paths: int, how: str, seed: int = 0, steps=None,
                                                      stop_signal=runs[-1].info.stop_signal,
                                                      steps=runs[-1].info.steps))
     return post.replace(path_posteriors=tuple(runs))
+
+
+__all__ = ["MIXTURE_DRAWS", "OBJECTIVE_KINDS", "SCREEN_DRAWS", "PathLOO", "combine",
+           "dispersed_starts", "path_checkpoint", "path_loo", "path_seed", "run",
+           "screened_starts", "split_chains", "weights_of"]

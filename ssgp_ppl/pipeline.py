@@ -233,3 +233,6 @@ def metrics_record(post: Posterior, data: Dataset) -> dict:
             **{k: float(v) for k, v in post.metrics.items()},
             **{k: v for k, v in optional.items() if v is not None},
             "fit_seconds": float(info.fit_seconds), "predict_seconds": float(info.predict_seconds)}
+
+
+__all__ = ["check_precision", "evaluate", "fit", "metrics_record", "prerequisites"]

@@ -514,3 +514,6 @@ def _from_tree(path: Path, dt: xr.DataTree, make_entry) -> Posterior:
                      encoding=TableEncoding.from_json(meta["encoding"]) if meta.get("encoding")
                      else None,
                      datatree=tree if tree.children else None)
+
+
+__all__ = ["FitInfo", "Handoff", "Posterior", "load", "state_checksum", "stop_text"]

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import html
 import io
 import json
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +43,7 @@ from ssgp_ppl.calibration import (
     reference_health,
 )
 from ssgp_ppl.datasets import Dataset
-from ssgp_ppl.entry import CatalogEntry
+from ssgp_ppl.entry import CatalogEntry, from_saved
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.io import write_bytes_atomic, write_json, write_text_atomic
 from ssgp_ppl.metrics import DEFAULT_LEVELS as LEVELS
@@ -48,6 +51,7 @@ from ssgp_ppl.metrics import coverage_curve
 from ssgp_ppl.paths import OBJECTIVE_KINDS, SCREEN_DRAWS, combine, split_chains
 from ssgp_ppl.pipeline import evaluate, fit, metrics_record
 from ssgp_ppl.posterior import Handoff, Posterior
+from ssgp_ppl.posterior import load as load_posterior
 from ssgp_ppl.status import step
 
 # settings of a quick run (notebooks and tests at SSGP_PPL_SMALL=1): every method still runs
@@ -392,11 +396,12 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             gold_root: Path | None = None, overwrite: bool = False, resume: bool = False,
             run_record: dict | None = None) -> list[dict]:
     """Fit every method of ``entry`` (plus the reference where possible) on one split, write the
-    report.
+    report; returns the per-method records (:func:`run_comparison` returns a
+    :class:`Comparison` with the posteriors too).
 
     Per method: the ``fit`` metrics, the coverage curve (10%..90%), PSIS-LOO (importance-
     corrected for VI draws), and for VI methods the posterior comparison with the reference on
-    the invariant quantities; for the reference its verdict and modes. Returns the per-method records.
+    the invariant quantities; for the reference its verdict and modes.
 
     The reference is the stored gold reference of this target where there is one
     (:mod:`ssgp_ppl.gold`; ``gold_root`` overrides where they are looked up), unless
@@ -408,6 +413,29 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     comparison of the same settings (entry, data, seed), loading each method it finished.
     ``run_record`` is written as its ``run.json`` (what ``ssgp-ppl compare --resume`` reads).
     """
+    return _compare(entry, data, out, seed=seed, progress=progress,
+                    fresh_reference=fresh_reference, gold_root=gold_root, overwrite=overwrite,
+                    resume=resume, run_record=run_record)[0]
+
+
+def run_comparison(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
+                   progress: bool = True, fresh_reference: bool = False,
+                   gold_root: Path | None = None, overwrite: bool = False,
+                   resume: bool = False) -> Comparison:
+    """:func:`compare`, returning the :class:`Comparison` it wrote into ``out`` with every
+    method's posterior."""
+    records, posteriors = _compare(entry, data, out, seed=seed, progress=progress,
+                                   fresh_reference=fresh_reference, gold_root=gold_root,
+                                   overwrite=overwrite, resume=resume)
+    saved = read_comparison(out, posteriors)
+    if [m["method"] for m in saved.records] != [r["method"] for r in records]:
+        raise SSGPError(f"{out / 'comparison.json'} was replaced while the comparison ran")
+    return saved
+
+
+def _compare(entry, data, out, *, seed, progress, fresh_reference, gold_root, overwrite, resume,
+             run_record=None) -> tuple[list[dict], dict[str, Posterior]]:
+    """:func:`compare`'s records and the posteriors by method label."""
     lik = entry.config["model"]["likelihood"]
     if lik != "gaussian":
         raise SSGPError(f"{entry.name}: compare's calibration report (coverage, PIT, CRPS) is for "
@@ -419,12 +447,12 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
                           resume)
         if run_record is not None and not (stage / "run.json").exists():
             write_json(stage / "run.json", run_record)
-        records = _compare_in(entry, data, stage, state, seed=seed, progress=progress,
-                              fresh_reference=fresh_reference, gold_root=gold_root)
+        records, results = _compare_in(entry, data, stage, state, seed=seed, progress=progress,
+                                       fresh_reference=fresh_reference, gold_root=gold_root)
         names = [p.name for p in stage.iterdir() if p.name not in (PROGRESS, HANDOFF)
                  and not p.name.startswith(".")]
         rundir.publish(out, stage, names)
-    return records
+    return records, {rec["method"]: r for rec, r in zip(records, results, strict=True)}
 
 
 def _fingerprint(entry, data, seed, fresh_reference, gold_root) -> dict:
@@ -501,11 +529,9 @@ def _load_finished(stage: Path, method: str, saved: dict | None, partitions, pro
     None when it did not finish or its files do not load (it is then fitted again)."""
     if saved is None:
         return None
-    from ssgp_ppl.api import load
-
     try:
         with step(f"{method}: finished by the interrupted run, loading it from {stage}", progress):
-            runs = [(label, load(stage / f"posterior_{label}.nc")) for label in saved["labels"]]
+            runs = [(label, _load(stage / f"posterior_{label}.nc")) for label in saved["labels"]]
             handoff = None
             if "handoff" in saved:
                 h = saved["handoff"]
@@ -520,9 +546,15 @@ def _load_finished(stage: Path, method: str, saved: dict | None, partitions, pro
     return runs, handoff
 
 
+def _load(path: Path) -> Posterior:
+    """A saved posterior (:func:`ssgp_ppl.load`)."""
+    return load_posterior(path, from_saved)
+
+
 def _compare_in(entry, data, stage: Path, state: dict, *, seed, progress, fresh_reference,
-                gold_root) -> list[dict]:
-    """:func:`compare` in the staging directory ``stage``; ``state``: its finished methods."""
+                gold_root) -> tuple[list[dict], list[Posterior]]:
+    """:func:`compare` in the staging directory ``stage``; ``state``: its finished methods.
+    Returns the records and the posteriors, in the same order."""
     done = state["done"]
     results, records = [], []
     readings: dict = {}  # label -> {"test": PITReading, "loo": PITReading}
@@ -599,7 +631,7 @@ def _compare_in(entry, data, stage: Path, state: dict, *, seed, progress, fresh_
     with step(f"report: plots and {stage.parent / 'report.html'}", progress):
         page = _html(entry, data, seed, records, results, ref_label, readings)
     write_text_atomic(stage / "report.html", page)
-    return records
+    return records, results
 
 
 def _health_rows(d: dict) -> list[dict]:
@@ -881,3 +913,159 @@ def summary_rows(result: dict) -> list[dict]:
             row["reference_modes"] = ref["modes"]
         rows.append(row)
     return rows
+
+
+# ------------------------------------------------------------------------ the result as an object
+
+
+class _Posteriors(Mapping):
+    """A comparison's posteriors by method label: those of the run held in memory, the others
+    read from the comparison's ``posterior_<label>.nc`` on first use."""
+
+    def __init__(self, labels: list[str], folder: Path | None, given: dict):
+        self._labels, self._folder, self._loaded = list(labels), folder, dict(given)
+
+    def __getitem__(self, label: str) -> Posterior:
+        if label not in self._labels:
+            raise KeyError(label)
+        if label not in self._loaded:
+            path = None if self._folder is None else self._folder / f"posterior_{label}.nc"
+            if path is None or not path.is_file():
+                raise SSGPError(f"the posterior of {label} is not saved ({path} not found): run "
+                                "the comparison again to have it")
+            self._loaded[label] = _load(path)
+        return self._loaded[label]
+
+    def __contains__(self, label) -> bool:
+        return label in self._labels
+
+    def __iter__(self):
+        return iter(self._labels)
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def __repr__(self) -> str:
+        held = sum(label in self._loaded for label in self._labels)
+        return f"<{len(self)} posteriors ({held} loaded): {', '.join(self._labels)}>"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Comparison:
+    """What :func:`ssgp_ppl.compare` wrote: every method's record (``comparison.json``), its
+    posterior, the summary table and the reference's verdict.
+
+    ``records``: one dict per method label (``svi-one-path``, ``svi``, ``smc``, …) as
+    ``comparison.json`` holds them; ``posteriors``: label -> :class:`~ssgp_ppl.posterior.Posterior`
+    (read from the folder on first use where the comparison was loaded); ``folder``: where the
+    report is (None for a comparison not written)."""
+
+    model: str
+    dataset: str
+    split: int
+    seed: int
+    records: tuple[dict, ...]
+    posteriors: Mapping[str, Posterior]
+    folder: Path | None = None
+
+    @property
+    def methods(self) -> list[str]:
+        """The method labels, in the report's order."""
+        return [r["method"] for r in self.records]
+
+    @property
+    def table(self):
+        """The summary table (a pandas DataFrame, one row per method): test NMSE, MNLP, CRPS,
+        90% coverage, PSIS-LOO's share of bad k̂, and against the reference the std ratios and
+        scaled W1 distances of the invariant quantities (:func:`summary_rows`)."""
+        import pandas as pd
+
+        return pd.DataFrame(summary_rows(self.to_dict()))
+
+    @property
+    def reference(self) -> dict | None:
+        """The reference's record (its verdict, reasons, modes, …), None without a reference."""
+        return next((r["reference"] for r in self.records if "reference" in r), None)
+
+    @property
+    def reference_label(self) -> str:
+        """What the tables call the reference: a gold reference's label, or the reference
+        method with its verdict; empty without a reference."""
+        return _reference_label(list(self.records))
+
+    @property
+    def converged(self) -> bool | None:
+        """Whether the reference converged; None without a reference."""
+        ref = self.reference
+        return None if ref is None else bool(ref["converged"])
+
+    @property
+    def verdict(self) -> str | None:
+        """``CONVERGED``, or ``NOT CONVERGED: <reasons>``; None without a reference."""
+        ref = self.reference
+        if ref is None:
+            return None
+        return "CONVERGED" if ref["converged"] else "NOT CONVERGED: " + "; ".join(ref["reasons"])
+
+    @property
+    def report(self) -> Path | None:
+        """The HTML report (None for a comparison not written)."""
+        return None if self.folder is None else self.folder / "report.html"
+
+    def record(self, label: str) -> dict:
+        """The record of method ``label`` (its test metrics, coverage curve, LOO, …)."""
+        rec = next((r for r in self.records if r["method"] == label), None)
+        if rec is None:
+            raise SSGPError(f"no method {label!r} in this comparison; it has "
+                            f"{', '.join(self.methods)}")
+        return copy.deepcopy(rec)
+
+    def modes_figure(self):
+        """The modes panel (:func:`modes_figure`): each path of a multi-path fit and each mode of
+        the reference; None when there is neither."""
+        return modes_figure(list(self.records), self.reference_label)
+
+    def to_dict(self) -> dict:
+        """What ``comparison.json`` holds."""
+        return {"format": REPORT_FORMAT, "model": self.model, "dataset": self.dataset,
+                "split": self.split, "seed": self.seed, "methods": copy.deepcopy(list(self.records))}
+
+    def __repr__(self) -> str:
+        label = self.reference_label
+        ref = "no reference" if self.reference is None else f"reference: {label}" + (
+            "" if "CONVERGED" in label else f", {self.verdict}")
+        where = "" if self.folder is None else f"; report {self.report}"
+        return (f"Comparison({self.model} on {self.dataset}, split {self.split}, seed "
+                f"{self.seed}: {', '.join(self.methods)}; {ref}{where})")
+
+
+def read_comparison(folder: str | Path, posteriors: dict | None = None) -> Comparison:
+    """The :class:`Comparison` written into ``folder`` (its ``comparison.json``; the posteriors
+    are read from its ``posterior_<method>.nc`` files when first used, except those given)."""
+    folder = Path(folder)
+    if folder.name == "comparison.json":
+        folder = folder.parent
+    path = folder / "comparison.json"
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SSGPError(f"{path} not found: give the folder a comparison was written to") from None
+    except (OSError, ValueError) as e:
+        raise SSGPError(f"{path} is unreadable ({type(e).__name__}: {e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != REPORT_FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else None
+        raise SSGPError(f"{path} has layout {found!r}; this version reads layout {REPORT_FORMAT}: "
+                        "run the comparison again")
+    try:
+        records = tuple(doc["methods"])
+        labels = [r["method"] for r in records]
+        return Comparison(doc["model"], doc["dataset"], int(doc["split"]), int(doc["seed"]),
+                          records, _Posteriors(labels, folder, posteriors or {}), folder)
+    except (KeyError, TypeError, ValueError) as e:
+        raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
+
+
+__all__ = ["REFERENCE_MAX_ROWS", "REPORT_FORMAT", "SMALL_SETTINGS", "Comparison",
+           "budget", "compare", "compare_named", "methods_to_run", "modes_figure", "paths_record",
+           "read_comparison", "reference_fit", "replicate_floor", "run_comparison", "small",
+           "summary_rows", "finished_methods"]

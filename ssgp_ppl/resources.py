@@ -83,3 +83,6 @@ def check(entry, n: int, d: int, n_test: int, method: str, *, force: bool = Fals
                         "allows; lower m, subsample the rows, pick a smaller guide, predict fewer "
                         "test rows, or give --force (force=True) to try anyway")
     return needs
+
+
+__all__ = ["Needs", "check", "draws", "estimate", "memory_bytes"]

@@ -147,3 +147,7 @@ def _signals_deferred() -> Iterator[None]:
     finally:
         if pending:
             signal.raise_signal(pending[0])
+
+
+__all__ = ["COMPARE_FILES", "LOCK", "RUN_FILES", "STAGING", "check_free", "checkpoints", "hold",
+           "publish", "run_files", "stage", "staged"]

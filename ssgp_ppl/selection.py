@@ -168,3 +168,7 @@ def record(sel: BetaSelection) -> dict:
     return {"grid": sel.grid, "scores": [None if math.isnan(s) else s for s in sel.scores],
             "criterion": sel.criterion, "beta": sel.beta, "n_inner": sel.n_inner,
             "n_validation": sel.n_validation, "seconds": sel.seconds}
+
+
+__all__ = ["VALIDATION_FRACTION", "BetaSelection", "beta_grid", "record", "select_beta",
+           "validation_split"]

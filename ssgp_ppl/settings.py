@@ -93,3 +93,6 @@ def leaf_paths(schema: dict, prefix=()) -> list[tuple[str, ...]]:
     for k, f in schema.items():
         paths += leaf_paths(f, prefix + (k,)) if isinstance(f, dict) else [prefix + (k,)]
     return paths
+
+
+__all__ = ["Field", "check_value", "is_int", "is_number", "leaf_paths", "validate"]

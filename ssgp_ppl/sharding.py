@@ -86,3 +86,7 @@ def host(tree):
         return np.asarray(a)
 
     return jax.tree.map(one, tree)
+
+
+__all__ = ["AXIS", "gather_scalar", "host", "padded_size", "replicate", "replicated", "row_mesh",
+           "split_rows"]

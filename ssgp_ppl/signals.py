@@ -35,3 +35,6 @@ def handled(names: tuple[str, ...], handler: Callable,
     finally:
         for num, old in previous.items():
             signal.signal(num, old)
+
+
+__all__ = ["STOP_SIGNALS", "handled"]

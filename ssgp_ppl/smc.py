@@ -343,3 +343,7 @@ def tempered_smc_runs(model, x, y, *, runs: int = 2, particles: int = 256, mcmc_
                       unravel, np.asarray(sched[r, :temps[r] + 1]),
                       np.asarray(used[r, :temps[r]]), np.asarray(used_mass[r, :temps[r]]))
             for r in range(runs)]
+
+
+__all__ = ["SMCResult", "flatten", "inverse_mass", "mass_kind", "potentials", "prior_positions",
+           "tempered_smc", "tempered_smc_runs"]

@@ -133,3 +133,8 @@ def implied_kernel(tau, frequencies, signal=1.0):
     """k(τ) implied by a set of frequencies at lags τ (..., d): σ_s²/m Σ_i cos(2π r_iᵀτ)."""
     proj = TWO_PI * jnp.asarray(tau) @ jnp.asarray(frequencies).T
     return signal**2 * jnp.mean(jnp.cos(proj), axis=-1)
+
+
+__all__ = ["DENSITIES", "TWO_PI", "check_density", "features", "frequencies_from_spectral_points",
+           "implied_kernel", "kernel", "kernel_estimate", "spectral_density",
+           "standard_spectral_points"]

@@ -45,3 +45,6 @@ def stacking_weights(loo_log_dens, *, tol: float = 1e-10, max_iter: int = 100_00
         log_w = new
     w = np.exp(log_w - logsumexp(log_w))
     return Stacking(w, float(logsumexp(lp + np.log(np.maximum(w, 1e-300)), axis=1).sum()), it)
+
+
+__all__ = ["COMBINE", "Stacking", "stacking_weights"]

@@ -18,3 +18,6 @@ def step(what: str, enabled: bool = True):
     t0 = time.perf_counter()
     yield
     print(f"ssgp-ppl: {what}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+
+__all__ = ["step"]

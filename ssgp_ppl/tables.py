@@ -332,3 +332,7 @@ def _days(col: pd.Series, name: str, where: str) -> np.ndarray:
     if getattr(t.dt, "tz", None) is not None:
         t = t.dt.tz_convert("UTC").dt.tz_localize(None)
     return t.to_numpy(dtype="datetime64[ns]").astype(np.int64) / DAY_NS
+
+
+__all__ = ["DATES", "ENCODINGS", "MAX_COLUMNS", "TableEncoding", "TableOptions", "check_names",
+           "check_width", "duplicates", "frame", "prepare"]

@@ -95,6 +95,90 @@ def test_api_errors_are_one_line():
         ssgp_ppl.load("/nowhere/p.nc")
 
 
+def test_compare_gives_the_numbers_of_the_named_comparison(tmp_path):
+    """ssgp_ppl.compare at small size: the records, summary table and reference verdict that
+    report.compare_named (what the CLI runs) writes for the same seed; a short repr; read back
+    whole from its folder."""
+    import json
+
+    import pandas as pd
+
+    from ssgp_ppl.report import compare_named, summary_rows
+
+    cmp = ssgp_ppl.compare("tan_va", data="autompg", out=tmp_path / "api", small=True, seed=1,
+                           progress=False)
+    named = compare_named("tan_va", "autompg", tmp_path / "named", small_run=True, seed=1)
+    assert cmp.methods == [m["method"] for m in named["methods"]] == [
+        "ncvmp", "smc", "smc-chains-stacked"]
+    timing = ("fit_seconds", "predict_seconds", "loo_seconds")
+    for ours, theirs in zip(cmp.records, named["methods"], strict=True):
+        assert {k: v for k, v in ours.items() if k not in timing} == \
+            {k: v for k, v in theirs.items() if k not in timing}
+        assert 0 < ours["nmse"] < 1 and np.isfinite(ours["mnlp"])
+    pd.testing.assert_frame_equal(cmp.table, pd.DataFrame(summary_rows(named)))
+    assert cmp.to_dict() == json.loads((tmp_path / "api" / "comparison.json").read_text())
+    ref = named["methods"][1]["reference"]
+    assert cmp.converged == ref["converged"]
+    assert cmp.verdict == ("CONVERGED" if ref["converged"] else
+                           "NOT CONVERGED: " + "; ".join(ref["reasons"]))
+    assert cmp.reference_label == ("smc" if ref["converged"] else
+                                   f"smc (NOT CONVERGED, {ref['modes']} modes)")
+    post = cmp.posteriors["ncvmp"]
+    assert post.metrics["nmse"] == pytest.approx(named["methods"][0]["nmse"], rel=1e-12)
+    assert cmp.report == tmp_path / "api" / "report.html" and cmp.report.is_file()
+    text = repr(cmp)
+    assert len(text) < 2000 and "tan_va on autompg" in text and cmp.reference_label in text
+    again = ssgp_ppl.load_comparison(tmp_path / "api")
+    assert again.to_dict() == cmp.to_dict()
+    assert again.posteriors["ncvmp"].metrics == post.metrics  # read from its file
+    with pytest.raises(SSGPError, match="comparison.json not found"):
+        ssgp_ppl.load_comparison(tmp_path)
+    with pytest.raises(SSGPError, match="already holds a run"):  # never replaced unasked
+        ssgp_ppl.compare("tan_va", data="autompg", out=tmp_path / "api", small=True)
+
+
+def test_frames_are_the_rows_fit_uses(pendulum):
+    from ssgp_ppl.datasets import frames
+
+    train, test = frames("pendulum")
+    assert train.shape == test.shape == (315, 10)
+    assert list(train.columns) == [f"x{i}" for i in range(9)] + ["y"]
+    raw = np.loadtxt(ROOT / "ssgp_ppl" / "data" / "pendulum.csv.gz", delimiter=",")
+    both = np.concatenate([train.to_numpy(), test.to_numpy()])
+    np.testing.assert_allclose(both[np.lexsort(both.T)], raw[np.lexsort(raw.T)], rtol=1e-12)
+    post = ssgp_ppl.fit("ssgp", data="pendulum", settings=ML)
+    np.testing.assert_allclose(test["y"], pendulum.y_scaler.inverse(pendulum.y_test), rtol=1e-12)
+    np.testing.assert_allclose(post.predict(test.drop(columns="y")).mean, post.mean, rtol=1e-5)
+    with pytest.raises(SSGPError, match="known data set name"):
+        frames("my_data.csv")
+
+
+def test_fit_takes_spectral_points(pendulum):
+    """The entry's own points give its own fit; other points another fit; a wrong shape is one
+    error before any fitting."""
+    own = load_entry("ssgp_fixed").spec(pendulum.n_features).spectral_points
+    base = ssgp_ppl.fit("ssgp_fixed", data="pendulum", settings=ML)
+    same = ssgp_ppl.fit("ssgp_fixed", data="pendulum", settings=ML, spectral_points=np.asarray(own))
+    other = ssgp_ppl.fit("ssgp_fixed", data="pendulum", settings=ML,
+                         spectral_points=np.asarray(own)[::-1] * 1.5)
+    assert same.metrics == pytest.approx(base.metrics, rel=1e-6)
+    assert abs(other.metrics["mnlp"] - base.metrics["mnlp"]) > 1e-3
+    with pytest.raises(SSGPError, match=r"spectral_points must be a finite \(m, d\)"):
+        ssgp_ppl.fit("ssgp_fixed", data="pendulum", spectral_points=np.zeros((3, 9)))
+    with pytest.raises(SSGPError, match="not to local"):
+        ssgp_ppl.fit("tan_local", data="pendulum", spectral_points=np.zeros((20, 9)))
+
+
+def test_select_beta_on_a_named_data_set_is_the_selection_of_its_rows(pendulum):
+    from ssgp_ppl.selection import select_beta
+
+    sel = ssgp_ppl.select_beta("svbssgp_dlm_log", data="pendulum", grid=[1.0, 0.1], steps=20)
+    ref = select_beta(load_entry("svbssgp_dlm_log"), pendulum, [1.0, 0.1], steps=20)
+    assert sel.grid == [1.0, 0.1] and sel.criterion == "nll" and sel.beta in sel.grid
+    np.testing.assert_allclose(sel.scores, ref.scores, rtol=1e-6)
+    assert sel.n_inner + sel.n_validation == pendulum.n_train
+
+
 def test_load_refuses_a_datatree_without_the_state(tmp_path):
     import xarray as xr
 

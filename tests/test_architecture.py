@@ -154,3 +154,29 @@ def test_importing_the_pipeline_first_leaves_numpyro_whole():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_every_public_module_declares_what_it_exports():
+    """Each module a user may import (its name has no leading underscore) lists its public names
+    in ``__all__``, and each of those names exists."""
+    import importlib
+
+    missing, unknown = [], {}
+    for name, _, tree in _modules():
+        if any(part.startswith("_") for part in name.split(".")[1:]):
+            continue  # a private module
+        declared = any(isinstance(node, ast.Assign | ast.AnnAssign) and "__all__" in
+                       [t.id for t in (node.targets if isinstance(node, ast.Assign)
+                                       else [node.target]) if isinstance(t, ast.Name)]
+                       for node in tree.body)
+        if not declared:
+            missing.append(name)
+            continue
+        module = importlib.import_module(name)
+        absent = [n for n in module.__all__ if not hasattr(module, n)]
+        if absent:
+            unknown[name] = absent
+    assert not missing, missing
+    assert not unknown, unknown
+    assert {"fit", "compare", "load", "load_comparison", "catalog"} <= set(
+        importlib.import_module("ssgp_ppl").__all__)

@@ -36,6 +36,51 @@ def test_toml_examples_are_valid_entries(page, tmp_path):
         assert entry.config["model"]["spectral_density"] == "matern32"
 
 
+# the budget cut of the pages' examples in the tests: the code runs as written, only faster
+QUICK_FIT = {"svi.steps": 60, "svi.min_steps": 0, "svi.paths": 1, "predictive.samples": 20}
+QUICK_COMPARE = {"small": True, "steps": 100, "samples": 30, "progress": False}
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_python_examples_run_as_written(page, tmp_path, monkeypatch):
+    """Every ```python block of the page, run in order in one namespace (in an empty folder),
+    with the budgets of ssgp_ppl.fit and ssgp_ppl.compare cut (QUICK_FIT, QUICK_COMPARE)."""
+    import numpy as np
+
+    import ssgp_ppl
+    from ssgp_ppl import api
+
+    fit, compare = api.fit, api.compare
+
+    def quick_fit(*args, settings=None, **kw):
+        return fit(*args, settings={**(settings or {}), **QUICK_FIT}, **kw)
+
+    def quick_compare(*args, **kw):
+        return compare(*args, **{**kw, **QUICK_COMPARE})
+
+    monkeypatch.setattr(api, "fit", quick_fit)
+    monkeypatch.setattr(api, "compare", quick_compare)
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.+?)```", (ROOT / page).read_text(), re.S)
+    assert blocks
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, page, "exec"), ns)
+    post, pred, x_new = ns["post"], ns["pred"], ns["x_new"]
+    assert post.info.steps == QUICK_FIT["svi.steps"] and 0 < post.metrics["nmse"] < 2
+    assert pred.mean.shape == (len(x_new),) == (5,)
+    lo, hi = pred.interval(0.9)
+    assert np.all(lo < pred.mean) and np.all(pred.mean < hi)
+    np.testing.assert_array_equal(ns["same"].predict(x_new).mean, pred.mean)
+    assert ssgp_ppl.load("pendulum.nc").method == "svi"
+    if "cmp" in ns:
+        cmp = ns["cmp"]
+        assert cmp.methods == ["svi-one-path", "svi", "smc", "smc-chains-stacked"]  # 4 paths
+        assert list(cmp.table["method"]) == cmp.methods and cmp.report.is_file()
+        assert cmp.verdict.startswith(("CONVERGED", "NOT CONVERGED: "))
+        assert ns["vi"].metrics["nmse"] == cmp.record("svi")["nmse"]
+
+
 def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     env = {**os.environ, "SSGP_PPL_DOCS_CACHE": str(tmp_path / "cache"),
            "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}

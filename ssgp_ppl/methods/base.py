@@ -144,3 +144,6 @@ class PosteriorSampler(Method):
     def draws(self, entry, n: int) -> int:
         s = self.settings(entry)
         return int(s.chains * s.samples)
+
+
+__all__ = ["Method", "PosteriorSampler", "Settings", "setting"]

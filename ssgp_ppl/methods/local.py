@@ -54,3 +54,6 @@ class LocalMethod(Method):
 
 
 LOCAL = LocalMethod()
+
+
+__all__ = ["LOCAL", "LocalMethod", "LocalSettings"]

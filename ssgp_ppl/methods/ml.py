@@ -64,3 +64,6 @@ class MLMethod(Method):
 
 
 ML = MLMethod()
+
+
+__all__ = ["ML", "MLMethod", "MLSettings"]

@@ -140,3 +140,7 @@ class NCVMPMethod(Method):
 
 
 NCVMP = NCVMPMethod()
+
+
+__all__ = ["NCVMP", "NCVMPMethod", "NCVMPMethodSettings", "algorithm_settings", "check_tan",
+           "spectral_candidates"]

@@ -81,3 +81,6 @@ class NUTSMethod(PosteriorSampler):
 
 
 NUTS = NUTSMethod()
+
+
+__all__ = ["NUTS", "NUTSMethod", "NUTSSettings"]

@@ -210,3 +210,6 @@ def runs_posterior(entry, data, runs, *, seed: int = 0, inputs=None, draws_per_r
                      common.site_rule(entry, sites, data, partitions), data.x_scaler, data.y_scaler,
                      info or FitInfo(), log_p=lp, handoff=Handoff(type2=kept, partitions=partitions))
     return post, lp
+
+
+__all__ = ["SMC", "SMCMethod", "SMCSettings", "runs_agreement", "runs_posterior", "target_model"]

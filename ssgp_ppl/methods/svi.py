@@ -187,3 +187,6 @@ class SVIMethod(Method):
 
 
 SVI = SVIMethod()
+
+
+__all__ = ["SVI", "SVIMethod", "SVISettings", "guide_of"]
