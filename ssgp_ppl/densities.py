@@ -7,11 +7,10 @@ exact kernel k(τ) = σ_s² E_{r~p(r|ℓ)}[cos(2π rᵀτ)], and what it can do 
 :attr:`loc_scale`), which the model, guides and methods ask instead of its name. The log density
 and the standard spectral points (Tan et al. 2016, eq. 4) follow from the distribution.
 
-Built in: ``se`` (squared exponential), ``matern12``, ``matern32``, ``matern52`` (one
-:class:`Matern` class; ``Matern(nu)`` takes any ν > 0) and ``cauchy`` (the separable exponential
-kernel). The Matérn family is the multivariate Student-t family in angular frequency ω = 2πr
-(Rasmussen & Williams 2006, eq. 4.15): ``Matern(nu)`` is the Student-t spectral density with
-2ν degrees of freedom, for any ν > 0. A density defined elsewhere joins with
+Built in: ``se`` (squared exponential), ``matern12``, ``matern32``, ``matern52`` and ``cauchy``
+(the separable exponential kernel). The Matérn family is the multivariate Student-t family in
+angular frequency ω = 2πr (Rasmussen & Williams 2006, eq. 4.15): ``Matern(nu)`` is the Student-t
+spectral density with 2ν degrees of freedom, for any ν > 0. A density defined elsewhere joins with
 :func:`register` (``ssgp_ppl.register_density``) or the entry-point group
 ``ssgp_ppl.densities`` (:mod:`ssgp_ppl.plugins`); docs/guide/adding-a-model.md shows one.
 """
