@@ -364,7 +364,7 @@ def _free_alpha_model(spec, params, theta, s, x, y, kw):
 
 def _check_alpha(spec, what):
     _check(spec.parameterization == "free" and spec.latent_sites() == ("frequencies", "nuisance")
-           and spec.density == "se" and spec.lik.name in ("gaussian", "probit", "poisson"),
+           and spec.density.gaussian and spec.lik.name in ("gaussian", "probit", "poisson"),
            f"{what}: latents (θ, s) of the free SE model")
 
 
@@ -442,7 +442,7 @@ def auto_mvn_elbo(spec, init_scale: float = 0.1) -> Reference:
     (strictly-lower entries, then softplus⁻¹ of the row scales). log q of the latent draw is
     −½‖ε‖² − Σ log Lᵢᵢ − (D/2) log 2π: no triangular solve."""
     _check(spec.parameterization == "free" and spec.frequencies == "prior"
-           and spec.nuisance == "sampled" and spec.density == "se"
+           and spec.nuisance == "sampled" and spec.density.gaussian
            and spec.lik.name in ("gaussian", "probit", "poisson"),
            "auto_mvn: free SE model with prior frequencies and sampled s")
     m, d = spec.m, spec.d

@@ -1,7 +1,8 @@
 """The generated pages of the docs site (run by the mkdocs-gen-files plugin at every build).
 
-- ``reference/catalog.md``: every built-in catalog entry (from ``ssgp_ppl/models/*.toml``) and every
-  component's settings (from the schema the components validate with);
+- ``reference/catalog.md``: every built-in catalog entry (from ``ssgp_ppl/models/*.toml``), every
+  registered spectral density (from ``ssgp_ppl.densities.DENSITIES``) and every component's
+  settings (from the schema the components validate with);
 - ``reference/cli.md``: the ``--help`` of each command;
 - ``results/*.md``: tables made from the archived JSON in ``reports/`` (never typed by hand), and
   the comparison reports themselves;
@@ -27,6 +28,7 @@ from results_tables import PEERS_FIGURE, TABLES, peers_figure  # noqa: E402
 
 from ssgp_ppl import methods  # noqa: E402
 from ssgp_ppl.api import catalog  # noqa: E402
+from ssgp_ppl.densities import DENSITIES  # noqa: E402
 from ssgp_ppl.entry import BUILTIN_CATALOG, schema  # noqa: E402
 from ssgp_ppl.io import write_text_atomic  # noqa: E402
 from ssgp_ppl.settings import Field  # noqa: E402
@@ -78,6 +80,16 @@ def catalog_page() -> str:
         text = (BUILTIN_CATALOG / f"{r['name']}.toml").read_text()
         out += ["", f"### {r['name']}", "", _cell(r["description"]), "",
                 f"`ssgp_ppl/models/{r['name']}.toml`:", "", "```toml", text.rstrip(), "```"]
+    out += ["", "## Spectral densities", "",
+            "The values `model.spectral_density` takes: the registered densities "
+            "(`ssgp_ppl.densities`; to add one, see [Adding a spectral density]"
+            "(../guide/adding-a-model.md#adding-a-spectral-density)). *gaussian*: r | ℓ ~ "
+            "N(0, diag(1/4π²ℓ²)), which the `mixture` guide and NCVMP need; *loc_scale*: the "
+            "SMC/NUTS reference and `noncentred` auto guides sample θ·2πℓ.", "",
+            "| density | kernel and frequencies | gaussian | loc_scale |",
+            "| --- | --- | --- | --- |"]
+    out += [f"| `{name}` | {_cell(d.doc)} | {'yes' if d.gaussian else 'no'} | "
+            f"{'yes' if d.loc_scale else 'no'} |" for name, d in DENSITIES.items()]
     full = schema()
     out += ["", "## Settings of each component", "",
             "Every key a catalog file may set, with its default. `--set KEY=VALUE` (CLI) and "

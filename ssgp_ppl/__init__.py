@@ -35,6 +35,7 @@ _LAZY = {
     "SSGPRegressor": ("ssgp_ppl.estimator", "SSGPRegressor"),
     "Comparison": ("ssgp_ppl.report", "Comparison"),
     "Posterior": ("ssgp_ppl.posterior", "Posterior"),
+    "register_density": ("ssgp_ppl.densities", "register"),
 }
 _API = tuple(_LAZY)
 

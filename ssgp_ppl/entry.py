@@ -20,7 +20,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ssgp_ppl import likelihoods, spectral
+from ssgp_ppl import densities, likelihoods
 from ssgp_ppl import methods as _methods
 from ssgp_ppl.errors import SEED_MAX, SSGPError
 from ssgp_ppl.io import file_kind
@@ -54,7 +54,8 @@ _BASE: dict = {  # everything but [inference], whose tables the methods declare
     "use_when": Field(str, "", "when to choose this entry, a few words (`ssgp-ppl models`)"),
     "model": {
         "m": Field(int, 20, "number of frequencies (2m features)", low=1, high=100_000),
-        "spectral_density": Field(str, "se", "kernel family", choices=tuple(spectral.DENSITIES)),
+        "spectral_density": Field(str, "se", "spectral density p(r | ℓ), the kernel family "
+                                  "(ssgp_ppl.densities)"),  # choices: the registry, in schema()
         "parameterization": Field(str, "free", "free θ | scaled (s ⊙ λ, Tan et al. 2016, eq. 4)",
                                   choices=("free", "scaled")),
         "frequencies": Field(str, "prior", "free θ: prior (given ℓ) | learned (point estimate)",
@@ -97,8 +98,11 @@ _BASE: dict = {  # everything but [inference], whose tables the methods declare
 
 
 def schema() -> dict:
-    """The catalog format with every registered method's ``[inference.<name>]`` table
-    (:func:`ssgp_ppl.methods.register` adds methods after import)."""
+    """The catalog format with every registered method's ``[inference.<name>]`` table and every
+    registered spectral density (:func:`ssgp_ppl.methods.register` and
+    :func:`ssgp_ppl.densities.register` add them after import)."""
+    density = _BASE["model"]["spectral_density"]._replace(choices=tuple(densities.DENSITIES))
+    model = {**_BASE["model"], "spectral_density": density}
     inference = {
         "methods": Field(list, ["svi"], "methods this entry fits; the first is its own",
                          choices=tuple(_methods.REGISTRY)),
@@ -106,7 +110,8 @@ def schema() -> dict:
     }
     keys = list(_BASE)
     keys.insert(keys.index("data") + 1, "inference")
-    return {k: inference if k == "inference" else _BASE[k] for k in keys}
+    return {k: inference if k == "inference" else model if k == "model" else _BASE[k]
+            for k in keys}
 
 
 SCHEMA = schema()  # the built-in methods' catalog format
@@ -191,9 +196,8 @@ class CatalogEntry:
     def spec(self, d: int) -> SSGPSpec:
         """The model specification for d input columns (spectral points drawn with the seed)."""
         mc = self.config["model"]
-        pts = spectral.standard_spectral_points(
-            jax.random.PRNGKey(mc["spectral_seed"]), mc["m"], d, mc["spectral_density"]
-        )
+        density = densities.get(mc["spectral_density"])
+        pts = density.standard_points(jax.random.PRNGKey(mc["spectral_seed"]), mc["m"], d)
 
         def hyper(name):
             h = mc[name]
@@ -201,7 +205,7 @@ class CatalogEntry:
             return Hyper(h["role"], value, h["dist"], h["loc"], h["scale"])
 
         return SSGPSpec(
-            m=mc["m"], d=d, spectral_points=pts, density=mc["spectral_density"],
+            m=mc["m"], d=d, spectral_points=pts, density=density,
             parameterization=mc["parameterization"], frequencies=mc["frequencies"],
             nuisance=mc["nuisance"], likelihood=mc["likelihood"], df=mc["df"],
             noise=hyper("noise"), signal=hyper("signal"), lengthscales=hyper("lengthscales"),

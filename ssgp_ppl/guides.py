@@ -388,8 +388,9 @@ class MixtureGuide(Guide):
     def __init__(self, spec: SSGPSpec, components: int = 3, init_scale: float = 0.1,
                  spread: float = 1.0):
         check_alpha_sites("mixture", spec)
-        if spec.density != "se":
-            raise SSGPError("guide 'mixture' needs the SE spectral density (Gaussian prior on θ)")
+        if not spec.density.gaussian:
+            raise SSGPError(f"guide 'mixture' needs a Gaussian spectral density (its E_q log p(θ) "
+                            f"is closed-form), not {spec.density.name!r}")
         super().__init__(spec)
         self.components = components
         self.locs0, self.scales0 = initial_components(spec, components, init_scale, spread)

@@ -25,7 +25,8 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from ssgp_ppl import spectral
+from ssgp_ppl import densities, spectral
+from ssgp_ppl.densities import SpectralDensity
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.linalg import cholesky
 
@@ -67,13 +68,14 @@ class SSGPSpec:
     """Everything the model needs besides data; built by :mod:`ssgp_ppl.entry` from a TOML entry.
 
     ``spectral_points`` (m, d) are the fixed standard draws used by the scaled parameterisation and
-    as the initial frequencies of the free one (r = s / 2πℓ).
+    as the initial frequencies of the free one (r = s / 2πℓ). ``density`` is a
+    :class:`~ssgp_ppl.densities.SpectralDensity`; a registered name is looked up once, here.
     """
 
     m: int
     d: int
     spectral_points: jax.Array  # (m, d)
-    density: str = "se"
+    density: SpectralDensity = densities.SE
     parameterization: str = "free"  # free | scaled
     frequencies: str = "prior"  # prior | learned (free parameterisation only)
     nuisance: str = "sampled"  # sampled | marginalized
@@ -83,6 +85,10 @@ class SSGPSpec:
     signal: Hyper = field(default_factory=lambda: Hyper("learned", 1.0))
     lengthscales: Hyper = field(default_factory=lambda: Hyper("learned", 1.0))
     inverse_lengthscales: Hyper = field(default_factory=lambda: Hyper("learned", 1.0))
+
+    def __post_init__(self):
+        if not isinstance(self.density, SpectralDensity):
+            object.__setattr__(self, "density", densities.get(self.density))
 
     @property
     def lik(self):
@@ -145,16 +151,11 @@ def hyper_site(name: str, h: Hyper, shape=()):
     return numpyro.sample(name, h.prior(shape))
 
 
-def frequency_prior(lengthscales, m: int, density: str):
-    """Prior of the m free frequency vectors given ℓ: m i.i.d. draws of p(r) (Hoang et al. 2017, eq. 1)."""
-    nu = spectral.check_density(density)
-    scale = 1.0 / (spectral.TWO_PI * lengthscales)  # (d,)
-    d = scale.shape[-1]
-    if nu is None:
-        return dist.Normal(jnp.zeros((m, d)), jnp.broadcast_to(scale, (m, d))).to_event(2)
-    return dist.MultivariateStudentT(
-        2.0 * nu, jnp.zeros((m, d)), jnp.broadcast_to(jnp.diag(scale), (m, d, d))
-    ).to_event(1)
+def frequency_prior(lengthscales, m: int, density: SpectralDensity):
+    """Prior of the m free frequency vectors θ (m, d) given ℓ (d,): m i.i.d. draws of p(r | ℓ)
+    (Hoang et al. 2017, eq. 1)."""
+    d = jnp.shape(lengthscales)[-1]
+    return density.frequency_distribution(lengthscales, d).expand((m,)).to_event(1)
 
 
 def marginal_log_likelihood(phi, y, signal, noise):

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ssgp_ppl import densities
 from ssgp_ppl.errors import SSGPError
 
 # --------------------------------------------------------------------------------- H(p, q, r)
@@ -110,7 +111,9 @@ def tan_prior(spec) -> TanPrior:
     one :class:`SSGPError` naming the catalog key."""
     lam = spec.inverse_lengthscales
     checks = [("parameterization", spec.parameterization == "scaled", "'scaled'"),
-              ("spectral_density", spec.density == "se", "'se' (App. A needs Gaussian λ)"),
+              ("spectral_density", spec.density.gaussian,
+               "a Gaussian spectral density (s_r ~ N(0, I)): " + densities.names_where(
+                   lambda d: d.gaussian)),
               ("nuisance", spec.nuisance == "sampled", "'sampled'"),
               ("m", spec.m >= 2, "m >= 2")]
     for key, dist_name in (("inverse_lengthscales", "normal"), ("signal", "half_cauchy"),

@@ -1,12 +1,13 @@
-"""The package's shape: only the method registry compares method names, guide abilities are
-methods (no getattr/hasattr lookups), and no module imports another that imports it back."""
+"""The package's shape: only the method registry compares method names, only the densities
+module knows spectral densities by name or class, guide abilities are methods (no getattr/hasattr
+lookups), and no module imports another that imports it back."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
-from ssgp_ppl import methods
+from ssgp_ppl import densities, methods
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ssgp_ppl"
 ABILITIES = {"nuisance_conditional", "conditional_and_marginal", "own_objective", "elbo",
@@ -51,6 +52,60 @@ def test_only_the_registry_compares_method_names():
 def test_the_check_finds_a_method_name_comparison():
     src = 'def f(entry, method):\n    return method == "nuts" or "svi" in entry.methods\n'
     assert len(_method_name_comparisons(ast.parse(src), src)) == 2
+
+
+DENSITY_CLASSES = {c.__name__ for c in vars(densities).values() if isinstance(c, type)
+                   and issubclass(c, densities.SpectralDensity) and c is not densities.SpectralDensity}
+
+
+def _density_switches(tree: ast.AST, source: str) -> list[str]:
+    """Comparisons of an expression that mentions a density with a string (a density's name),
+    tables keyed by density names ("se" alone is also a standard error), and isinstance checks
+    against a density class: what a declared ability replaces."""
+    names = set(densities.DENSITIES)
+    found = []
+    for node in ast.walk(tree):
+        text = ast.get_source_segment(source, node) or ""
+        if isinstance(node, ast.Compare):
+            consts = []
+            for side in [node.left, *node.comparators]:
+                elts = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
+                consts += [e.value for e in elts if isinstance(e, ast.Constant)
+                           and isinstance(e.value, str)]
+            if names & set(consts) or (consts and "density" in text and not any(
+                    c.startswith("log_") or c.endswith("log_density") for c in consts)):
+                found.append(f"line {node.lineno}: {text}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "isinstance" and len(node.args) == 2
+              and DENSITY_CLASSES & {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "")
+                                     for n in ast.walk(node.args[1])}):
+            found.append(f"line {node.lineno}: {text}")
+        elif isinstance(node, ast.Dict) and len(names & {k.value for k in node.keys
+                                                         if isinstance(k, ast.Constant)}) > 1:
+            found.append(f"line {node.lineno}: {text[:80]}")
+    return found
+
+
+def test_only_the_densities_module_switches_on_a_density():
+    offenders = {}
+    for name, path, tree in _modules():
+        if name == "ssgp_ppl.densities":
+            continue
+        hits = _density_switches(tree, path.read_text())
+        if hits:
+            offenders[name] = hits
+    assert not offenders, offenders
+
+
+def test_the_check_finds_a_density_switch():
+    src = ('def f(spec, mc, d):\n'
+           '    a = spec.density == "se" or mc["spectral_density"] != "cauchy"\n'
+           '    b = spec.density.name in ("matern32", "matern52")\n'
+           '    c = isinstance(spec.density, densities.Matern)\n'
+           '    nu = {"matern12": 0.5, "se": None}[spec.density.name]\n'
+           '    ok = isinstance(spec.density, densities.SpectralDensity)\n'
+           '    return kind == "log_density" or spec.density.gaussian\n')
+    assert len(_density_switches(ast.parse(src), src)) == 5
 
 
 def test_guide_abilities_are_not_looked_up_with_getattr():

@@ -109,7 +109,8 @@ GOOD = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = 
          ["inference.methods", "nuts", "learned: model.noise"]),
         (GOOD.replace('["ml"]', '["svi"]'), ["inference.methods", "svi", "latent"]),
         (GOOD + "[predictive]\nrule = 'degenerate'\n", ["predictive.rule", "nuisance"]),
-        (GOOD.replace("m = 5", "m = 5\nspectral_density = 'rq'"), ["model.spectral_density", "rq"]),
+        (GOOD.replace("m = 5", "m = 5\nspectral_density = 'rq'"),
+         ["bad.toml: model.spectral_density: 'rq' is not one of se, matern12", "cauchy"]),
         # a method's table is checked when the entry lists the method (methods' own check)
         (GOOD.replace('["ml"]', '["ml", "svi"]') + "[inference.svi]\nguide = 'nope'\n",
          ["inference.svi.guide", "nope"]),
@@ -135,13 +136,20 @@ GOOD = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = 
         (GOOD.replace('frequencies = "learned"', 'frequencies = "prior"').replace('["ml"]', '["svi"]')
          + "[inference.svi]\nguide = 'gaussian_lambda'\nnoncentred = true\n",
          ["inference.svi.noncentred", "joint_affine, mean_field or an auto_*"]),
+        (GOOD.replace('frequencies = "learned"', 'frequencies = "prior"').replace('["ml"]', '["svi"]')
+         .replace("m = 5", "m = 5\nspectral_density = 'matern32'")
+         + "[inference.svi]\nguide = 'auto_normal'\nnoncentred = true\n",
+         ["inference.svi.noncentred", "location-scale spectral_density (se, cauchy)"]),
+        (GOOD.replace('frequencies = "learned"', 'frequencies = "prior"').replace('["ml"]', '["svi"]')
+         .replace("m = 5", "m = 5\nspectral_density = 'cauchy'") + "[inference.svi]\nguide = 'mixture'\n",
+         ["inference.svi.guide", "'mixture' needs a Gaussian spectral_density (se), not 'cauchy'"]),
     ],
     ids=["unknown-key", "wrong-type", "m-zero", "bad-role", "no-description", "nuts-no-latents",
          "nuts-first-learned",
          "svi-no-latents", "degenerate-marginal", "bad-density", "bad-guide", "neg-scale", "bad-toml",
          "gamma-without-local", "normal-noise-prior", "batch-and-partitions", "dlm-marginalized",
          "exact-poisson", "probit-marginalized", "probit-marginal-rule", "student-df", "bad-objective",
-         "noncentred-guide"],
+         "noncentred-guide", "noncentred-auto-matern", "mixture-cauchy"],
 )
 def test_bad_entry_names_file_and_key(tmp_path, text, words):
     with pytest.raises(SSGPError) as err:
@@ -166,6 +174,21 @@ def test_overrides_short_and_dotted_keys():
         e.with_overrides(["m=-3"])
     with pytest.raises(SSGPError, match="ambiguous"):
         e.with_overrides(["scale=1"])
+
+
+def test_a_density_is_accepted_for_what_it_can_do():
+    """The non-centred auto guide of ssgp_svi takes a location-scale density (cauchy), not
+    matern12; NCVMP (tan_va) takes only a Gaussian one; the spec holds the registered object."""
+    from ssgp_ppl import densities
+
+    e = load_entry("ssgp_svi").with_overrides(["spectral_density=cauchy"])
+    assert e.spec(2).density is densities.CAUCHY
+    with pytest.raises(SSGPError, match=r"noncentred: .*location-scale spectral_density \(se, "
+                                        r"cauchy\)$"):
+        load_entry("ssgp_svi").with_overrides(["spectral_density=matern12"])
+    with pytest.raises(SSGPError, match=r"tan_va.toml with --set: model.spectral_density: methods "
+                                        r"ncvmp/local .* need a Gaussian spectral density .*: se$"):
+        load_entry("tan_va").with_overrides(["spectral_density=cauchy"])
 
 
 def test_unknown_model_lists_known():

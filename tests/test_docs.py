@@ -3,6 +3,7 @@ with ``mkdocs build --strict`` (any warning fails), which executes every noteboo
 small size (SSGP_PPL_SMALL=1) and renders it with its plots, and generates the catalog, CLI and
 results pages from the code and the archived JSON."""
 
+import html
 import json
 import os
 import re
@@ -25,15 +26,37 @@ def test_readme_is_a_short_users_page():
     assert not re.search(r"\bissue \d|\bsession\b|before the fix", text, re.I)
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/guide/adding-a-model.md"])
-def test_toml_examples_are_valid_entries(page, tmp_path):
-    blocks = re.findall(r"```toml\n(.+?)```", (ROOT / page).read_text(), re.S)
-    assert blocks
-    for i, text in enumerate(blocks):
-        p = tmp_path / f"example{i}.toml"
-        p.write_text(text)
-        entry = load_entry(p)
-        assert entry.config["model"]["spectral_density"] == "matern32"
+@pytest.mark.parametrize(("page", "densities"), [("README.md", ["matern32"]),
+                                                 ("docs/guide/adding-a-model.md",
+                                                  ["matern32", "laplace"])])
+def test_toml_examples_are_valid_entries(page, densities, tmp_path):
+    """Each TOML block loads (after the page's own density registration, if any) and uses the
+    density the page says."""
+    from ssgp_ppl.densities import DENSITIES
+
+    text = (ROOT / page).read_text()
+    blocks = re.findall(r"```toml\n(.+?)```", text, re.S)
+    registers = [b for b in re.findall(r"```python\n(.+?)```", text, re.S)
+                 if "register_density" in b]
+    before = dict(DENSITIES)
+    for name, obj in before.items():  # a user density another test left registered
+        if type(obj).__module__ != "ssgp_ppl.densities":
+            DENSITIES.pop(name)
+    try:
+        for code in registers:
+            exec(compile(code, page, "exec"), {})
+        got = []
+        for i, block in enumerate(blocks):
+            p = tmp_path / f"example{i}.toml"
+            p.write_text(block)
+            got.append(load_entry(p).config["model"]["spectral_density"])
+        assert got == densities
+    finally:
+        for name in list(DENSITIES):
+            if name not in before or DENSITIES[name] is not before[name]:
+                DENSITIES.pop(name)
+        for obj in before.values():
+            DENSITIES.register(obj)
 
 
 # the budget cut of the pages' examples in the tests: the code runs as written, only faster
@@ -103,6 +126,12 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     for p in BUILTIN_CATALOG.glob("*.toml"):
         assert f'id="{p.stem}"' in catalog, p.stem
     assert "inference.svi" in catalog and "spectral_density" in catalog
+    from ssgp_ppl.densities import DENSITIES
+
+    assert 'id="spectral-densities"' in catalog
+    for name, density in DENSITIES.items():  # the registry's list, not a hand-typed one
+        row = f"<td><code>{name}</code></td>\n<td>{html.escape(density.doc, quote=False)}</td>"
+        assert row in catalog, name
     cli = (site / "reference" / "cli" / "index.html").read_text()
     assert "--encode" in cli and "--catalog" in cli and "--samples" in cli
     api = (site / "reference" / "api" / "index.html").read_text()

@@ -17,6 +17,7 @@ from numpyro.infer.util import log_density
 from scipy import stats
 
 from ssgp_ppl import spectral
+from ssgp_ppl.densities import DENSITIES
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.model import (
     Hyper,
@@ -201,16 +202,20 @@ def test_predict_draws_vectorises_both_rules(x64, pendulum):
 # --------------------------------------------------------------------------- priors
 
 
-@pytest.mark.parametrize("density", ["se", "matern12", "matern32", "matern52"])
-def test_frequency_prior_is_spectral_density(x64, density):
+@pytest.mark.parametrize("name", list(DENSITIES))
+def test_frequency_prior_is_spectral_density(x64, name):
     """log p(θ | ℓ) = Σ_i log p(r_i) with p the spectral density of Hoang et al. 2017, eq. 1 (same
-    convention)."""
+    convention); each row's term counts once (a row changed changes only its own term)."""
+    density = DENSITIES[name]
     ell = jnp.array([0.7, 1.3, 0.4])
     r = jnp.asarray(np.random.default_rng(2).normal(scale=0.4, size=(5, 3)))
     prior = frequency_prior(ell, 5, density)
     assert prior.event_shape == (5, 3) and prior.batch_shape == ()
-    want = np.sum(np.log(np.asarray(spectral.spectral_density(r, ell, density))))
-    assert float(prior.log_prob(r)) == pytest.approx(want, rel=1e-12)
+    rows = np.asarray(density.log_density(r, ell))
+    assert float(prior.log_prob(r)) == pytest.approx(rows.sum(), rel=1e-12)
+    r2 = r.at[3].set(2.0 * r[3])
+    change = float(prior.log_prob(r2) - prior.log_prob(r))
+    assert change == pytest.approx(float(density.log_density(r2[3], ell)) - rows[3], rel=1e-10)
 
 
 @pytest.mark.parametrize(
@@ -255,7 +260,7 @@ HYPER_VALUES = {"noise": 0.3, "signal": 1.2, "lengthscales": 1.5, "inverse_lengt
 
 
 def _spec(parameterization, nuisance, role, d=9, density="se", m=M):
-    pts = spectral.standard_spectral_points(jax.random.PRNGKey(0), m, d, density)
+    pts = DENSITIES[density].standard_points(jax.random.PRNGKey(0), m, d)
     par, freq = PARAMETERIZATIONS[parameterization]
     hypers = {k: Hyper(role, v, dist="half_normal") for k, v in HYPER_VALUES.items()}
     return SSGPSpec(
@@ -328,7 +333,7 @@ def test_model_sites(x64, pendulum, parameterization, nuisance, role):
         np.testing.assert_allclose(freq, pts / (2 * np.pi * HYPER_VALUES["lengthscales"]), rtol=1e-12)
     else:  # prior p(θ | ℓ) = Π p(r_i) at the traced (or fixed) lengthscales
         ell = jnp.broadcast_to(jnp.asarray(hyper("lengthscales")), (d,))
-        want = np.sum(np.log(np.asarray(spectral.spectral_density(freq, ell, "se"))))
+        want = stats.norm.logpdf(np.asarray(freq), 0.0, 1.0 / (2 * np.pi * np.asarray(ell))).sum()
         assert float(tr["frequencies"]["fn"].log_prob(freq)) == pytest.approx(want, rel=1e-10)
     if nuisance == "sampled":
         s = tr["nuisance"]["value"]
@@ -344,14 +349,14 @@ def test_model_sites(x64, pendulum, parameterization, nuisance, role):
     assert float(jnp.sum(tr["y"]["fn"].log_prob(y))) == pytest.approx(ll, rel=1e-10)
 
 
-@pytest.mark.parametrize("density", ["matern12", "matern52"])
-def test_model_matern_frequency_prior_site(x64, pendulum, density):
+@pytest.mark.parametrize("name", list(DENSITIES))
+def test_model_frequency_prior_site(x64, pendulum, name):
     x, y = jnp.asarray(pendulum.x_train[:N_ROWS]), jnp.asarray(pendulum.y_train[:N_ROWS])
     spec = SSGPSpec(
         m=M,
         d=9,
         spectral_points=jnp.zeros((M, 9)),
-        density=density,  # points unused here
+        density=DENSITIES[name],  # points unused here
         **{k: Hyper("fixed", v) for k, v in HYPER_VALUES.items()},
     )
     freq = jnp.asarray(_freq(M, 9, seed=3))
@@ -359,7 +364,7 @@ def test_model_matern_frequency_prior_site(x64, pendulum, density):
         handlers.substitute(handlers.seed(ssgp_model, 0), data={"frequencies": freq})
     ).get_trace(x, y, spec=spec)
     assert tr["frequencies"]["fn"].event_shape == (M, 9)
-    want = np.sum(np.log(np.asarray(spectral.spectral_density(freq, jnp.full(9, 1.5), density))))
+    want = float(DENSITIES[name].log_density(freq, jnp.full(9, 1.5)).sum())
     assert float(tr["frequencies"]["fn"].log_prob(freq)) == pytest.approx(want, rel=1e-10)
 
 

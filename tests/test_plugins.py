@@ -1,6 +1,7 @@
 """The component registries: user registration, and discovery of installed plug-ins through
 entry points (a test distribution on ``sys.path``, found by ``importlib.metadata``)."""
 
+import math
 import sys
 import textwrap
 
@@ -71,3 +72,27 @@ def test_an_entry_point_must_agree_with_the_component_name(on_path):
     """)
     with pytest.raises(SSGPError, match="names an object whose name is 'other'"):
         list(Registry("guide", object))
+
+
+def test_an_installed_spectral_density_joins_the_catalog_s_choices(on_path, monkeypatch):
+    """A SpectralDensity subclass named by an entry point in ssgp_ppl.densities is instantiated,
+    registered after the built-in ones, and accepted by the catalog's model.spectral_density."""
+    from ssgp_ppl import densities, entry
+
+    _distribution(on_path, "ssgp_ppl.densities", "laplace = plugmod:Laplace", """
+        import numpyro.distributions as dist
+        from ssgp_ppl.densities import SpectralDensity
+
+        class Laplace(SpectralDensity):
+            name = "laplace"
+            doc = "product of Laplace densities"
+
+            def frequency_distribution(self, lengthscales, d):
+                return dist.Laplace(0.0, self.frequency_scale(lengthscales, d)).to_event(1)
+    """)
+    reg = Registry("spectral density", densities.SpectralDensity, tuple(densities.DENSITIES.values()))
+    assert list(reg) == [*densities.DENSITIES, "laplace"]
+    monkeypatch.setattr(densities, "DENSITIES", reg)
+    assert entry.schema()["model"]["spectral_density"].choices[-1] == "laplace"
+    assert float(reg["laplace"].log_density([0.0], 1.0)) == pytest.approx(
+        math.log(math.pi), rel=1e-6)  # Laplace(0, b = 1/2π) at 0: 1/2b = π

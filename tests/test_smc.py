@@ -12,6 +12,9 @@ import pytest
 from scipy.special import logsumexp
 
 from ssgp_ppl import spectral
+from ssgp_ppl.densities import DENSITIES
+from ssgp_ppl.entry import load_entry
+from ssgp_ppl.methods.smc import target_model
 from ssgp_ppl.model import draw_nuisance, marginal_log_likelihood, nuisance_posterior
 from ssgp_ppl.smc import potentials, tempered_smc
 
@@ -99,6 +102,30 @@ def test_collapsed_density_is_the_sampled_one_with_s_integrated(x64):
     mc = logsumexp(ll) - math.log(len(ll))
     se = np.std(np.exp(ll - ll.max())) / np.mean(np.exp(ll - ll.max())) / math.sqrt(len(ll))
     assert closed == pytest.approx(mc, abs=4 * se + 1e-3)
+
+
+@pytest.mark.parametrize("name", list(DENSITIES))
+def test_the_reference_target_decentres_exactly_the_loc_scale_densities(x64, pendulum, name):
+    """The SMC/NUTS target samples ε = θ·2πℓ where the density declares ``loc_scale`` and θ
+    itself otherwise; θ's prior is the density's p(θ | ℓ) either way (float64)."""
+    density = DENSITIES[name]
+    entry = load_entry("ssgp_svi").with_overrides([f"spectral_density={name}", "noncentred=false"])
+    x, y = jnp.asarray(pendulum.x_train[:20]), jnp.asarray(pendulum.y_train[:20])
+    model, collapsed = target_model(entry, entry.spec(x.shape[1]), None, True)
+    tr = numpyro.handlers.trace(numpyro.handlers.seed(model, 0)).get_trace(x, y)
+    assert collapsed and "nuisance" not in tr
+    assert ("frequencies_decentered" in tr) == density.loc_scale
+    theta, ell = np.asarray(tr["frequencies"]["value"]), np.asarray(tr["lengthscales"]["value"])
+    if density.loc_scale:
+        eps = np.asarray(tr["frequencies_decentered"]["value"])
+        np.testing.assert_allclose(theta * 2 * np.pi * ell, eps, rtol=1e-12)
+        want = float(density.log_density(eps / (2 * np.pi), 1.0).sum()) \
+            - eps.size * math.log(2 * np.pi)  # ε's density: θ's at ℓ = 1/2π
+        got = float(tr["frequencies_decentered"]["fn"].log_prob(jnp.asarray(eps)))
+    else:
+        want = float(density.log_density(theta, ell).sum())
+        got = float(tr["frequencies"]["fn"].log_prob(jnp.asarray(theta)))
+    assert got == pytest.approx(want, rel=1e-12)
 
 
 def test_nuisance_draws_follow_the_exact_conditional(x64, pendulum):

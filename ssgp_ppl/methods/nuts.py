@@ -55,7 +55,7 @@ class NUTSMethod(PosteriorSampler):
                                 f"{', '.join(learned)}; pass them (Handoff.type2) from the entry's "
                                 "own fit")
             model = handlers.substitute(model, data={k: jnp.asarray(type2[k]) for k in learned})
-        reparam = ("nuisance",) + (("frequencies",) if spec.density == "se" else ())
+        reparam = ("nuisance",) + (("frequencies",) if spec.density.loc_scale else ())
         # f (n values per draw) is not collected: NUTS would keep chains × draws × n of them
         model = handlers.block(model, hide=["f"])
         model = reparam_for_nuts(model, [r for r in reparam if r in spec.latent_sites()])

@@ -80,7 +80,7 @@ def target_model(entry, spec, type2, collapse: bool):
                             "fit")
         model = handlers.substitute(model, data={k: jnp.asarray(type2[k]) for k in learned})
     model = handlers.block(model, hide=["f"])
-    reparam = ("nuisance",) + (("frequencies",) if spec.density == "se" else ())
+    reparam = ("nuisance",) + (("frequencies",) if spec.density.loc_scale else ())
     return reparam_for_nuts(model, [r for r in reparam if r in spec.latent_sites()]), collapsed
 
 

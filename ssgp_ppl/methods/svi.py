@@ -9,6 +9,7 @@ import jax
 import numpy as np
 from numpyro.infer import Trace_ELBO
 
+from ssgp_ppl import densities
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.guides import PSI, NumPyroAutoGuide, guide_standardises_itself, known_guides, make_guide
 from ssgp_ppl.inference import TOL_PER_POINT, Batching, Schedule, reparam_for_nuts, run_svi, run_svi_paths
@@ -78,6 +79,7 @@ class SVIMethod(Method):
     def check(self, entry, src: str) -> None:
         s = self.settings(entry)
         mc = entry.config["model"]
+        density = densities.get(mc["spectral_density"])
         if s.guide not in known_guides():
             raise SSGPError(f"{src}: inference.svi.guide: unknown guide {s.guide!r}; known: "
                             f"{', '.join(known_guides())}")
@@ -90,12 +92,16 @@ class SVIMethod(Method):
                             f"{mc['likelihood']} likelihood needs paths = 1")
         if s.noncentred and (mc["parameterization"] != "free" or not (
                 guide_standardises_itself(s.guide)
-                or s.guide.startswith("auto_") and mc["spectral_density"] == "se")):
+                or s.guide.startswith("auto_") and density.loc_scale)):
             own = ", ".join(g for g in known_guides() if guide_standardises_itself(g))
+            loc_scale = densities.names_where(lambda d: d.loc_scale)
             raise SSGPError(f"{src}: inference.svi.noncentred: needs parameterization = 'free' and "
-                            f"a guide of {own} or an auto_* guide with spectral_density = 'se'")
-        if s.guide == "mixture" and mc["spectral_density"] != "se":
-            raise SSGPError(f"{src}: inference.svi.guide: 'mixture' needs spectral_density = 'se'")
+                            f"a guide of {own} or an auto_* guide with a location-scale "
+                            f"spectral_density ({loc_scale})")
+        if s.guide == "mixture" and not density.gaussian:
+            gaussian = densities.names_where(lambda d: d.gaussian)
+            raise SSGPError(f"{src}: inference.svi.guide: 'mixture' needs a Gaussian "
+                            f"spectral_density ({gaussian}), not {density.name!r}")
         if entry.config["partitions"]["per_step"] and s.batch_size:
             raise SSGPError(f"{src}: inference.svi.batch_size: set either batch_size or "
                             "partitions.per_step, not both")
