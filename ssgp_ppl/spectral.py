@@ -53,6 +53,5 @@ def implied_kernel(tau, frequencies, signal=1.0):
     return signal**2 * jnp.mean(jnp.cos(proj), axis=-1)
 
 
-__all__ = ["DENSITIES", "TWO_PI", "check_density", "features", "frequencies_from_spectral_points",
-           "implied_kernel", "kernel", "kernel_estimate", "spectral_density",
-           "standard_spectral_points"]
+__all__ = ["TWO_PI", "features", "frequencies_from_spectral_points", "implied_kernel",
+           "kernel_estimate"]
