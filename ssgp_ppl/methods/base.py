@@ -15,38 +15,15 @@ once in :data:`ssgp_ppl.methods.REGISTRY`:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, ClassVar
 
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.settings import Field
+from ssgp_ppl.settings import Settings, setting  # noqa: F401  (methods declare theirs with these)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.datasets import Dataset
     from ssgp_ppl.entry import CatalogEntry
     from ssgp_ppl.posterior import Handoff, Posterior
-
-
-def setting(type_, default, doc: str, **bounds):
-    """A Settings field: its catalog :class:`~ssgp_ppl.settings.Field` rides in the metadata."""
-    f = Field(type_, default, doc, **bounds)
-    if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda: list(default), metadata={"field": f})
-    return dataclasses.field(default=default, metadata={"field": f})
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """Base of every method's settings."""
-
-    @classmethod
-    def schema(cls) -> dict[str, Field]:
-        return {f.name: f.metadata["field"] for f in dataclasses.fields(cls)}
-
-    @classmethod
-    def of(cls, entry: CatalogEntry, name: str):
-        """The entry's (validated) ``[inference.<name>]`` table as this type."""
-        return cls(**entry.config["inference"][name])
 
 
 class Method:
