@@ -134,7 +134,8 @@ GOOD = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = 
         (GOOD + "[inference.svi]\nobjective = 'kl'\n", ["inference.svi.objective", "kl"]),
         (GOOD.replace('frequencies = "learned"', 'frequencies = "prior"').replace('["ml"]', '["svi"]')
          + "[inference.svi]\nguide = 'gaussian_lambda'\nnoncentred = true\n",
-         ["inference.svi.noncentred", "joint_affine, mean_field or an auto_*"]),
+         ["inference.svi.noncentred", "a guide of joint_affine, mean_field, or of auto_normal, "
+          "auto_mvn, auto_lowrank, auto_delta with spectral_density = 'se'"]),
     ],
     ids=["unknown-key", "wrong-type", "m-zero", "bad-role", "no-description", "nuts-no-latents",
          "nuts-first-learned",

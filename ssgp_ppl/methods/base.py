@@ -4,8 +4,8 @@ A method is an instance of a :class:`Method` subclass in its own module of this 
 once in :data:`ssgp_ppl.methods.REGISTRY`:
 
 * ``Settings``: a frozen dataclass of its ``[inference.<name>]`` catalog table, each field declared
-  with :func:`setting` (type, default, doc, bounds); the catalog validates the table with it and
-  errors name the file and key;
+  with :func:`~ssgp_ppl.settings.setting` (type, default, doc, bounds); the catalog validates the
+  table with it (:meth:`Method.table_schema`) and errors name the file and key;
 * :meth:`Method.check`: the checks of this method against an entry (likelihood, latent sites, …);
 * :meth:`Method.requires`: what it needs from the entry's own method (type-II estimates, spectral
   points), passed in by the caller as a :class:`~ssgp_ppl.posterior.Handoff`;
@@ -42,6 +42,12 @@ class Method:
 
     def settings(self, entry: CatalogEntry):
         return self.Settings.of(entry, self.name)
+
+    def table_schema(self, table: dict | None = None, src: str = "") -> dict:
+        """The schema the catalog validates this method's ``[inference.<name>]`` table with:
+        ``table`` as an entry in ``src`` writes it (errors name ``src``), or every key any entry
+        may write (None). Its ``Settings`` unless the table has sub-tables (``svi``'s guide)."""
+        return self.Settings.schema()
 
     def check(self, entry: CatalogEntry, src: str) -> None:
         """Raise one SSGPError naming ``src`` and the key when ``entry`` cannot use this method."""
