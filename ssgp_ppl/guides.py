@@ -1,14 +1,12 @@
 """Variational guides as classes (as numpyro's AutoGuide): the class says what a guide can do.
 
 A guide is called like the model, ``guide(x, y=None, **model_kwargs)``; its params are named
-``{site}_{role}``. A guide class declares what it is as class attributes: its catalog ``name``,
-its ``Settings`` (the ``[inference.svi.<name>]`` table, declared with
-:func:`~ssgp_ppl.settings.setting` as the methods' are), ``description``, and the abilities the
-``svi`` method reads (``noncentring``, ``needs_se_density``, ``start_in_params``,
-:meth:`Guide.param_count`); :meth:`Guide.make` builds it for a model. :data:`GUIDES` holds the
-classes themselves (instances of :class:`GuideType`); :func:`register` adds one from user code.
-:class:`Guide` also declares the optional abilities of a built guide with their defaults, which
-the objectives, the predictive and the β selection call directly:
+``{site}_{role}``. A guide class declares its catalog ``name``, its ``Settings`` (the entry's
+``[inference.svi.<name>]`` table), a ``description`` and what the ``svi`` method reads
+(``noncentring``, ``needs_se_density``, ``start_in_params``, :meth:`Guide.param_count`,
+:meth:`Guide.make`). :data:`GUIDES` holds the classes (instances of :class:`GuideType`);
+:func:`register` adds one. A built guide has these optional abilities, with defaults in
+:class:`Guide`, which the objectives, the predictive and the β selection call directly:
 
 * :meth:`Guide.nuisance_conditional` — q(s | rest) is Gaussian in closed form
   (``gaussian_nuisance`` is True): its mean and Cholesky factor per draw, so that the objectives

@@ -106,7 +106,8 @@ class SVIMethod(Method):
                 raise SSGPError(f"{src}: inference.svi.{key}: the '{name}' guide has no setting "
                                 f"'{key}' ({_their_settings(theirs)}; '{key}' is a setting "
                                 f"of {', '.join(owners)})")
-        for key in table.get(name, {}) if isinstance(table.get(name), dict) else ():
+        sub = table.get(name)
+        for key in sub if isinstance(sub, dict) else ():  # not a table: validate says so
             if key not in theirs:
                 raise SSGPError(f"{src}: inference.svi.{name}.{key}: the '{name}' guide has no "
                                 f"setting '{key}' ({_their_settings(theirs)})")
