@@ -71,3 +71,21 @@ def test_an_entry_point_must_agree_with_the_component_name(on_path):
     """)
     with pytest.raises(SSGPError, match="names an object whose name is 'other'"):
         list(Registry("guide", object))
+
+
+def test_an_installed_guide_class_is_registered_as_the_class(on_path):
+    """The guide registry holds classes (instances of GuideType): an entry point naming a guide
+    class registers that class, not an instance of it."""
+    from ssgp_ppl.guides import AutoMVNGuide, GuideType
+
+    _distribution(on_path, "ssgp_ppl.guides", "flat = plugmod:FlatGuide", """
+        from ssgp_ppl.guides import Guide
+
+        class FlatGuide(Guide):
+            name = "flat"
+    """)
+    reg = Registry("guide", GuideType, (AutoMVNGuide,))
+    assert list(reg) == ["auto_mvn", "flat"]
+    import plugmod
+
+    assert reg.get("flat") is plugmod.FlatGuide
