@@ -45,7 +45,6 @@ def estimate(entry, n: int, d: int, n_test: int, method: str) -> Needs:
     m = entry.config["model"]["m"]
     latent = m * d + 2 * m + 3  # frequencies, nuisance, hyperparameters: the guide's dimension D
     from ssgp_ppl import methods
-
     from ssgp_ppl.guides import GUIDES
 
     guide = methods.get(method).guide_label(entry)  # None: the method fits no guide
