@@ -728,15 +728,16 @@ def hand_written(entry, spec, method: str, *, n_total: int) -> Reference:
         return ml_reference(spec)
     cfg = entry.settings("svi")
     guide, objective = cfg["guide"], cfg["objective"]
-    init_scale = cfg["init_scale"]
+    own = cfg[guide]  # the guide's [inference.svi.<guide>] settings
+    init_scale = own.get("init_scale", 0.1)
     if objective == "elbo":
         if guide == "mixture":
-            return mixture_elbo(spec, components=cfg["components"], init_scale=init_scale,
-                                spread=cfg["spread"], samples=max(cfg["mc_samples"], 2))
+            return mixture_elbo(spec, components=own["components"], init_scale=init_scale,
+                                spread=own["spread"], samples=max(cfg["mc_samples"], 2))
         _check(cfg["num_particles"] == 1 or guide == "gaussian_lambda",
                "Trace_ELBO references are for one particle (gaussian_lambda: any)")
         if guide == "joint_affine":
-            _check(cfg["psi"] == "normal", "joint_affine with ψ = normal")
+            _check(own["psi"] == "normal", "joint_affine with ψ = normal")
             return joint_affine_elbo(spec, init_scale)
         if guide == "mean_field":
             return mean_field_elbo(spec, init_scale)
@@ -748,7 +749,7 @@ def hand_written(entry, spec, method: str, *, n_total: int) -> Reference:
         raise NotHandWritten(f"guide {guide}")
     kind = {"beta_elbo": "elbo", "dlm_log": "dlm_log", "dlm_square": "dlm_square"}[objective]
     if guide == "joint_affine":
-        _check(cfg["psi"] == "normal", "joint_affine with ψ = normal")
+        _check(own["psi"] == "normal", "joint_affine with ψ = normal")
     particles = max(cfg["num_particles"], 2) if objective == "dlm_square" else cfg["num_particles"]
     return conditional_objective(spec, guide, kind, beta=cfg["beta"], particles=particles,
                                  gradient=cfg["gradient"], init_scale=init_scale)

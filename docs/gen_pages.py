@@ -30,6 +30,7 @@ from ssgp_ppl import methods  # noqa: E402
 from ssgp_ppl.api import catalog  # noqa: E402
 from ssgp_ppl.densities import DENSITIES  # noqa: E402
 from ssgp_ppl.entry import BUILTIN_CATALOG, schema  # noqa: E402
+from ssgp_ppl.guides import GUIDES  # noqa: E402
 from ssgp_ppl.io import write_text_atomic  # noqa: E402
 from ssgp_ppl.settings import Field  # noqa: E402
 
@@ -94,7 +95,9 @@ def catalog_page() -> str:
     out += ["", "## Settings of each component", "",
             "Every key a catalog file may set, with its default. `--set KEY=VALUE` (CLI) and "
             "`settings={...}` (Python) override them by dotted path or by a leaf name that is "
-            "unique.", ""]
+            "unique. The guide named by `[inference.svi] guide` takes its settings from its own "
+            "table `[inference.svi.<guide>]` (`--set svi.<guide>.KEY=VALUE`); a table or key of "
+            "another guide is an error.", ""]
     for section, node in full.items():
         if section == "inference":
             for name, sub in node.items():
@@ -103,7 +106,12 @@ def catalog_page() -> str:
                     continue
                 desc = methods.REGISTRY[name].description if name in methods.REGISTRY else ""
                 out += ["", f"### [inference.{name}]", "", _cell(desc), "", head,
-                        *_field_rows(sub)]
+                        *_field_rows({k: f for k, f in sub.items() if not isinstance(f, dict)})]
+                for table, fields in sub.items():  # svi's guides: [inference.svi.<guide>]
+                    if isinstance(fields, dict):
+                        out += ["", f"#### [inference.{name}.{table}]", "",
+                                _cell(GUIDES[table].description), "",
+                                *([head, *_field_rows(fields)] if fields else ["No settings."])]
         elif isinstance(node, dict):
             out += ["", f"### [{section}]", "", head, *_field_rows(node)]
         else:

@@ -36,6 +36,7 @@ _LAZY = {
     "Comparison": ("ssgp_ppl.report", "Comparison"),
     "Posterior": ("ssgp_ppl.posterior", "Posterior"),
     "register_density": ("ssgp_ppl.densities", "register"),
+    "register_guide": ("ssgp_ppl.guides", "register"),
 }
 _API = tuple(_LAZY)
 

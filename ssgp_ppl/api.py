@@ -341,4 +341,23 @@ def catalog() -> list[dict]:
     return rows
 
 
-__all__ = ["add_catalog", "catalog", "compare", "fit", "load", "load_comparison", "select_beta"]
+def guides() -> list[dict]:
+    """The registered guides (``ssgp-ppl models --guides``): name, description and each setting of
+    its ``[inference.svi.<name>]`` table (type, default, allowed values, doc), from its Settings."""
+    from ssgp_ppl.guides import GUIDES
+
+    def field(f) -> dict:
+        types = f.type if isinstance(f.type, tuple) else (f.type,)
+        out = {"type": "/".join(t.__name__ for t in types), "default": f.default, "doc": f.doc}
+        out.update({k: getattr(f, k) for k in ("choices", "low", "high") if getattr(f, k) is not None})
+        if f.open_low:
+            out["open_low"] = True
+        return out
+
+    return [{"name": name, "description": cls.description,
+             "settings": {k: field(f) for k, f in cls.Settings.schema().items()}}
+            for name, cls in GUIDES.items()]
+
+
+__all__ = ["add_catalog", "catalog", "compare", "fit", "guides", "load", "load_comparison",
+           "select_beta"]

@@ -154,6 +154,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true", help="machine-readable output")
     m.add_argument("--long", "-l", action="store_true",
                    help="add each entry's objective and description (lines as wide as they are)")
+    m.add_argument("--guides", action="store_true", help="list the registered guides and the "
+                   "settings of their [inference.svi.<guide>] tables instead")
 
     def data_args(q, resumable=False):
         q.add_argument("model", nargs="?" if resumable else None,
@@ -363,8 +365,19 @@ def _columns(rows: list[dict]) -> list[str]:
 def cmd_models(args) -> int:
     import warnings
 
-    from ssgp_ppl.api import catalog
+    from ssgp_ppl.api import catalog, guides
     from ssgp_ppl.entry import BUILTIN_CATALOG
+
+    if args.guides:
+        rows = guides()
+        if args.json:
+            print(json.dumps(rows, indent=2, ensure_ascii=False))
+            return 0
+        for r in rows:
+            r["settings"] = ", ".join(f"{k} = {json.dumps(f['default'], ensure_ascii=False)}"
+                                      for k, f in r["settings"].items()) or "-"
+        _print_table(rows, ["name", "settings", "description"])
+        return 0
 
     with warnings.catch_warnings(record=True) as skipped:
         warnings.simplefilter("always")

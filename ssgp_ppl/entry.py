@@ -97,16 +97,27 @@ _BASE: dict = {  # everything but [inference], whose tables the methods declare
 }
 
 
-def schema() -> dict:
+def schema(raw: dict | None = None, src: str = "") -> dict:
     """The catalog format with every registered method's ``[inference.<name>]`` table and every
     registered spectral density (:func:`ssgp_ppl.methods.register` and
-    :func:`ssgp_ppl.densities.register` add them after import)."""
+    :func:`ssgp_ppl.densities.register` add them after import): each table as the entry ``raw``
+    (read from ``src``) writes it (``[inference.svi]`` holds its guide's table only), or every key
+    any entry may write (``raw`` None)."""
     density = _BASE["model"]["spectral_density"]._replace(choices=tuple(densities.DENSITIES))
     model = {**_BASE["model"], "spectral_density": density}
+    tables = raw.get("inference") if isinstance(raw, dict) else None
+    tables = tables if isinstance(tables, dict) else {}
+
+    def table(name):
+        if raw is None:
+            return None
+        t = tables.get(name, {})
+        return t if isinstance(t, dict) else {}  # validate names a table of another type
+
     inference = {
         "methods": Field(list, ["svi"], "methods this entry fits; the first is its own",
                          choices=tuple(_methods.REGISTRY)),
-        **{name: m.Settings.schema() for name, m in _methods.REGISTRY.items()},
+        **{name: m.table_schema(table(name), src) for name, m in _methods.REGISTRY.items()},
     }
     keys = list(_BASE)
     keys.insert(keys.index("data") + 1, "inference")
@@ -217,7 +228,8 @@ class CatalogEntry:
         return partial(ssgp_model, spec=spec)
 
     def guide(self, spec: SSGPSpec, model=None):
-        """The entry's ``[inference.svi]`` guide object for ``spec`` (:mod:`ssgp_ppl.guides`)."""
+        """The entry's ``[inference.svi]`` guide object for ``spec`` (:mod:`ssgp_ppl.guides`),
+        with its ``[inference.svi.<guide>]`` settings."""
         return guide_of(self, spec, model or self.model(spec), SVI.settings(self))
 
     @cached_property
@@ -264,18 +276,24 @@ class CatalogEntry:
         source in errors."""
         raw = copy.deepcopy(self.config)
         paths = leaf_paths(schema())
+        guide = self.config["inference"]["svi"]["guide"]
+        touched = []
         for key, value in items:
             if not isinstance(key, str) or not _KEY.fullmatch(key):
                 raise SSGPError(f"{what}: {key!r} is not a catalog key (a dotted name such as "
                                 "svi.lr or m)")
             parts = tuple(key.split("."))
             matches = [p for p in paths if p[-len(parts):] == parts]
-            for prefer in (("inference", self.methods[0]), ("predictive",)):
+            for prefer in (("inference", self.methods[0]), ("inference", "svi", guide),
+                           ("predictive",)):
                 if len(matches) > 1:
                     own = [p for p in matches if p[:len(prefer)] == prefer]
                     matches = own if len(own) == 1 else matches
             if not matches:
-                raise SSGPError(f"{what}: unknown key {key!r} (see the README's catalog format)")
+                near = [".".join(p) for p in paths if p[-1] == parts[-1]]
+                hint = f"; keys of that name: {', '.join(near)}" if near else ""
+                raise SSGPError(f"{what}: unknown key {key!r} (see the README's catalog "
+                                f"format){hint}")
             if len(matches) > 1:
                 opts = ", ".join(".".join(p) for p in matches)
                 raise SSGPError(f"{what}: key {key!r} is ambiguous; use one of {opts}")
@@ -284,8 +302,13 @@ class CatalogEntry:
                 value = [v.strip() for v in value.split(",")]
             node = raw
             for p in matches[0][:-1]:
-                node = node[p]
+                node = node.setdefault(p, {})  # a guide's table the entry does not hold yet
             node[matches[0][-1]] = value
+            touched.append(matches[0])
+        # the old guide's table (its defaults) goes with it, unless these items set a key in it
+        svi = raw["inference"]["svi"]
+        if svi["guide"] != guide and not any(p[:3] == ("inference", "svi", guide) for p in touched):
+            svi.pop(guide, None)
         return _build(self.name, self.path, raw, src=f"{self.path.name} with {what}")
 
 
@@ -306,7 +329,7 @@ def _setting_value(v, key: str, what: str):
 
 
 def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
-    cfg = validate(raw, schema(), "", src)
+    cfg = validate(raw, schema(raw, src), "", src)
     mc = cfg["model"]
     if cfg["predictive"]["rule"] == "degenerate" and mc["nuisance"] != "sampled":
         raise SSGPError(f"{src}: predictive.rule: 'degenerate' needs model.nuisance = 'sampled'")

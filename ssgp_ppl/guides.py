@@ -1,8 +1,12 @@
 """Variational guides as classes (as numpyro's AutoGuide): the class says what a guide can do.
 
 A guide is called like the model, ``guide(x, y=None, **model_kwargs)``; its params are named
-``{site}_{role}``. :class:`Guide` declares the optional abilities with their defaults, and the
-objectives, the predictive and the β selection call them directly:
+``{site}_{role}``. A guide class declares its catalog ``name``, its ``Settings`` (the entry's
+``[inference.svi.<name>]`` table), a ``description`` and what the ``svi`` method reads
+(``noncentring``, ``needs_gaussian_density``, ``start_in_params``, :meth:`Guide.param_count`,
+:meth:`Guide.make`). :data:`GUIDES` holds the classes (instances of :class:`GuideType`);
+:func:`register` adds one. A built guide has these optional abilities, with defaults in
+:class:`Guide`, which the objectives, the predictive and the β selection call directly:
 
 * :meth:`Guide.nuisance_conditional` — q(s | rest) is Gaussian in closed form
   (``gaussian_nuisance`` is True): its mean and Cholesky factor per draw, so that the objectives
@@ -14,8 +18,8 @@ objectives, the predictive and the β selection call them directly:
   score-function ELBO; None by default);
 * ``components`` — mixture components (1 by default).
 
-Guides by catalog name (:data:`GUIDES`): NumPyro's autoguides (``auto_normal``, ``auto_mvn``,
-``auto_lowrank``, ``auto_delta``) and the papers' guides:
+The registered guides: NumPyro's autoguides (``auto_normal``, ``auto_mvn``, ``auto_lowrank``,
+``auto_delta``) and the papers' guides:
 
 * ``joint_affine`` (sVBSSGP, Hoang et al. 2017, §3.1 Lemma 1): α = vec(θ, s) = M z + b with an
   invertible M (``alpha_matrix``, lower triangular: every q(α) of the family has such a factor)
@@ -37,9 +41,11 @@ explains y as noise (pendulum, m = 50: VSSGP test NMSE 0.83, collapsed 0.27; ``b
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from functools import partial
+from typing import ClassVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -53,19 +59,60 @@ from numpyro.infer import autoguide, init_to_median, init_to_sample, init_to_val
 from ssgp_ppl import spectral
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.model import SSGPSpec, hyper_site
+from ssgp_ppl.plugins import Registry
+from ssgp_ppl.settings import Settings, setting, validate
 
 PSI = ("normal", "student_t")
 
 
-class Guide:
-    """Base class of every guide: a NumPyro guide callable plus the optional abilities."""
+class GuideType(type):
+    """The type of a guide class: :data:`GUIDES` holds the classes themselves, each with its
+    ``name``."""
 
-    name: str = "guide"
+
+class Guide(metaclass=GuideType):
+    """Base class of every guide: a NumPyro guide callable plus the optional abilities.
+
+    ``Guide(spec, settings)``, or ``Guide(spec, **options)`` with the options validated against
+    ``Settings`` (defaults for the rest).
+    """
+
+    name: ClassVar[str] = "guide"
+    Settings: ClassVar[type[Settings]] = Settings  # no settings
+    description: ClassVar[str] = ""
+    # how it fits svi.noncentred (θ·2πℓ instead of θ): "guide" (it standardises its own
+    # coordinates, standard_scales), "model" (the method reparameterises the model), None (it cannot)
+    noncentring: ClassVar[str | None] = None
+    needs_gaussian_density: ClassVar[bool] = False  # needs the Gaussian prior on θ of the SE density
+    # its params depend on a path's start only through their initial values: one jitted update
+    # then serves every path of a multi-path fit
+    start_in_params: ClassVar[bool] = False
     gaussian_nuisance: bool = False  # q(s | rest) Gaussian in closed form
     components: int = 1
 
-    def __init__(self, spec: SSGPSpec):
+    def __init__(self, spec: SSGPSpec, settings: Settings | None = None, **options):
         self.spec = spec
+        if settings is None:
+            settings = self.Settings(**validate(options, self.Settings.schema(), "",
+                                                f"guide {self.name!r}"))
+        elif options:
+            raise SSGPError(f"guide {self.name!r}: give settings or options, not both")
+        self.settings = settings
+
+    @classmethod
+    def make(cls, model: Callable, spec: SSGPSpec, settings: Settings | None = None, *,
+             noncentred: bool = False) -> Guide:
+        """This guide for ``model`` (a partial of ``ssgp_model`` with ``spec``) with ``settings``
+        (None: the defaults); ``noncentred`` where :attr:`noncentring` is "guide"."""
+        if cls.noncentring == "guide":
+            return cls(spec, settings, noncentred=noncentred)
+        return cls(spec, settings)
+
+    @classmethod
+    def param_count(cls, dim: int) -> int:
+        """Its parameters over D = ``dim`` latent coordinates, for the memory estimate (a location
+        and a scale per coordinate unless the guide says otherwise)."""
+        return 2 * dim
 
     def __call__(self, x, y=None, **kwargs):
         raise NotImplementedError
@@ -101,23 +148,51 @@ class AutoMultivariateNormal(autoguide.AutoMultivariateNormal):
 
 
 class NumPyroAutoGuide(Guide):
-    """A NumPyro autoguide, started at :func:`initial_values` (``auto_mvn``:
-    :class:`AutoMultivariateNormal`)."""
+    """A NumPyro autoguide (``numpyro_class``), started at :func:`initial_values`."""
 
-    KINDS: dict[str, type] = {
-        "auto_normal": autoguide.AutoNormal,
-        "auto_mvn": AutoMultivariateNormal,
-        "auto_lowrank": autoguide.AutoLowRankMultivariateNormal,
-        "auto_delta": autoguide.AutoDelta,
-    }
+    numpyro_class: ClassVar[type] = AutoMultivariateNormal
+    noncentring = "model"
+    start_in_params = True
 
-    def __init__(self, spec: SSGPSpec, model: Callable, kind: str = "auto_mvn"):
-        super().__init__(spec)
-        self.name = kind
-        self.auto = self.KINDS[kind](model, init_loc_fn=init_to_value(values=initial_values(spec)))
+    def __init__(self, spec: SSGPSpec, model: Callable, settings: Settings | None = None):
+        super().__init__(spec, settings)
+        self.auto = self.numpyro_class(model, init_loc_fn=init_to_value(values=initial_values(spec)))
+
+    @classmethod
+    def make(cls, model, spec, settings=None, *, noncentred=False):
+        return cls(spec, model, settings)
 
     def __call__(self, x, y=None, **kwargs):
         return self.auto(x, y, **kwargs)
+
+
+class AutoNormalGuide(NumPyroAutoGuide):
+    name = "auto_normal"
+    numpyro_class = autoguide.AutoNormal
+    description = "independent Gaussians over the unconstrained latents (NumPyro's AutoNormal)"
+
+
+class AutoMVNGuide(NumPyroAutoGuide):
+    name = "auto_mvn"
+    numpyro_class = AutoMultivariateNormal
+    description = ("full-rank Gaussian over the unconstrained latents (NumPyro's "
+                   "AutoMultivariateNormal, log q from the draw's ε)")
+
+    @classmethod
+    def param_count(cls, dim):
+        return dim * (dim + 1) // 2 + dim  # scale_tril and loc
+
+
+class AutoLowRankGuide(NumPyroAutoGuide):
+    name = "auto_lowrank"
+    numpyro_class = autoguide.AutoLowRankMultivariateNormal
+    description = "low-rank plus diagonal Gaussian (NumPyro's AutoLowRankMultivariateNormal)"
+
+
+class AutoDeltaGuide(NumPyroAutoGuide):
+    name = "auto_delta"
+    numpyro_class = autoguide.AutoDelta
+    description = "point masses: the MAP point of every latent site (NumPyro's AutoDelta)"
 
 
 def check_alpha_sites(name: str, spec: SSGPSpec) -> None:
@@ -130,6 +205,26 @@ def check_alpha_sites(name: str, spec: SSGPSpec) -> None:
             f"parameterisation (θ alone with s integrated out); this model's latent sites are "
             f"{', '.join(spec.latent_sites())} (make the hyperparameters learned or fixed)"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class AlphaSettings(Settings):
+    init_scale: float = setting((int, float), 0.1, "initial scale × the prior std of each "
+                                "coordinate", low=0, open_low=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class JointAffineSettings(AlphaSettings):
+    psi: str = setting(str, "normal", "distribution ψ of the base draw z", choices=PSI)
+    df: float = setting((int, float), 5.0, "degrees of freedom ν of ψ = student_t", low=0,
+                        open_low=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class MixtureSettings(AlphaSettings):
+    components: int = setting(int, 3, "number K of diagonal Gaussian components", low=1)
+    spread: float = setting((int, float), 1.0, "spread of the components' starting means, in "
+                            "prior standard deviations", low=0)
 
 
 def alpha_init(spec: SSGPSpec, init_scale: float, noncentred: bool = False):
@@ -178,20 +273,26 @@ class JointAffineGuide(Guide):
     """
 
     name = "joint_affine"
+    Settings = JointAffineSettings
+    description = "sVBSSGP: α = vec(θ, s) = M z + b, z ~ ψ (Hoang et al. 2017, Lemma 1)"
+    noncentring = "guide"
 
-    def __init__(self, spec: SSGPSpec, psi: str = "normal", df: float = 5.0,
-                 init_scale: float = 0.1, noncentred: bool = False):
-        check_alpha_sites("joint_affine", spec)
-        if psi not in PSI:
-            raise SSGPError(f"unknown ψ {psi!r}; known: {', '.join(PSI)}")
-        super().__init__(spec)
-        self.psi, self.df, self.noncentred = psi, df, noncentred
+    def __init__(self, spec: SSGPSpec, settings: JointAffineSettings | None = None, *,
+                 noncentred: bool = False, **options):
+        check_alpha_sites(self.name, spec)
+        super().__init__(spec, settings, **options)
+        s = self.settings
+        self.psi, self.df, self.noncentred = s.psi, s.df, noncentred
         self.collapsed = spec.nuisance == "marginalized"
-        self.gaussian_nuisance = psi == "normal" and not self.collapsed
+        self.gaussian_nuisance = s.psi == "normal" and not self.collapsed
         self.n_theta = spec.m * spec.d
-        self.loc0, self.scale0 = alpha_init(spec, init_scale, noncentred)
+        self.loc0, self.scale0 = alpha_init(spec, s.init_scale, noncentred)
         self.dim = self.loc0.shape[0]
         self.log_scale0 = jnp.sum(jnp.log(self.scale0))
+
+    @classmethod
+    def param_count(cls, dim):
+        return dim * (dim + 1) // 2 + dim  # M (lower triangular) and b
 
     def __call__(self, x, y=None, **kwargs):
         m, d, dim = self.spec.m, self.spec.d, self.dim
@@ -249,14 +350,19 @@ class MeanFieldGuide(Guide):
     params are those of the standardised (θ·2πℓ, s·√m/σ_s), as :class:`JointAffineGuide`'s."""
 
     name = "mean_field"
+    Settings = AlphaSettings
+    description = ("VSSGP: independent Gaussians over each frequency vector and s (Gal & Turner "
+                   "2015)")
+    noncentring = "guide"
 
-    def __init__(self, spec: SSGPSpec, init_scale: float = 0.1, noncentred: bool = False):
-        check_alpha_sites("mean_field", spec)
-        super().__init__(spec)
+    def __init__(self, spec: SSGPSpec, settings: AlphaSettings | None = None, *,
+                 noncentred: bool = False, **options):
+        check_alpha_sites(self.name, spec)
+        super().__init__(spec, settings, **options)
         self.collapsed = spec.nuisance == "marginalized"
         self.gaussian_nuisance = not self.collapsed
         self.noncentred = noncentred
-        self.loc0, self.scale0 = alpha_init(spec, init_scale, noncentred)
+        self.loc0, self.scale0 = alpha_init(spec, self.settings.init_scale, noncentred)
         self.n_theta = spec.m * spec.d
 
     def __call__(self, x, y=None, **kwargs):
@@ -308,18 +414,20 @@ class GaussianLambdaGuide(Guide):
     """
 
     name = "gaussian_lambda"
+    Settings = AlphaSettings
+    description = "Tan et al. 2016's q(λ)q(α)q(σ)q(γ) (the NCVMP family) fitted by SVI"
     gaussian_nuisance = True
 
-    def __init__(self, spec: SSGPSpec, init_scale: float = 0.1):
+    def __init__(self, spec: SSGPSpec, settings: AlphaSettings | None = None, **options):
         want = ("noise", "signal", "inverse_lengthscales", "nuisance")
         if spec.parameterization != "scaled" or sorted(spec.latent_sites()) != sorted(want):
             raise SSGPError(
                 "guide 'gaussian_lambda' covers Tan et al. 2016's sites noise, signal, "
                 "inverse_lengthscales and nuisance of the scaled parameterisation; this model's "
                 f"latent sites are {', '.join(spec.latent_sites())}")
-        super().__init__(spec)
+        super().__init__(spec, settings, **options)
         self.lam_scale0 = math.sqrt(0.5)  # §4: Σ_λ = 0.5 I at the start
-        self.a_scale0 = init_scale * spec.signal.value / math.sqrt(spec.m)
+        self.a_scale0 = self.settings.init_scale * spec.signal.value / math.sqrt(spec.m)
 
     def __call__(self, x, y=None, n_total=None, **kwargs):
         m, d = self.spec.m, self.spec.d
@@ -384,16 +492,19 @@ class MixtureGuide(Guide):
     """
 
     name = "mixture"
+    Settings = MixtureSettings
+    description = "K equal-weight diagonal Gaussians over α = vec(θ, s) (Nguyen & Bonilla 2014)"
+    needs_gaussian_density = True
 
-    def __init__(self, spec: SSGPSpec, components: int = 3, init_scale: float = 0.1,
-                 spread: float = 1.0):
-        check_alpha_sites("mixture", spec)
+    def __init__(self, spec: SSGPSpec, settings: MixtureSettings | None = None, **options):
+        check_alpha_sites(self.name, spec)
         if not spec.density.gaussian:
             raise SSGPError(f"guide 'mixture' needs a Gaussian spectral density (its E_q log p(θ) "
                             f"is closed-form), not {spec.density.name!r}")
-        super().__init__(spec)
-        self.components = components
-        self.locs0, self.scales0 = initial_components(spec, components, init_scale, spread)
+        super().__init__(spec, settings, **options)
+        s = self.settings
+        self.components = s.components
+        self.locs0, self.scales0 = initial_components(spec, s.components, s.init_scale, s.spread)
 
     def __call__(self, x, y=None, **kwargs):
         m, d, kc = self.spec.m, self.spec.d, self.components
@@ -419,24 +530,20 @@ class MixtureGuide(Guide):
         return avi_elbo
 
 
-# name -> (class, the [inference.svi] options it takes)
-GUIDES: dict[str, tuple[type, tuple[str, ...]]] = {
-    **{k: (NumPyroAutoGuide, ()) for k in NumPyroAutoGuide.KINDS},
-    "joint_affine": (JointAffineGuide, ("psi", "df", "init_scale", "noncentred")),
-    "mean_field": (MeanFieldGuide, ("init_scale", "noncentred")),
-    "gaussian_lambda": (GaussianLambdaGuide, ("init_scale",)),
-    "mixture": (MixtureGuide, ("components", "init_scale", "spread")),
-}
+GUIDES: Registry[GuideType] = Registry("guide", GuideType, (
+    AutoNormalGuide, AutoMVNGuide, AutoLowRankGuide, AutoDeltaGuide, JointAffineGuide,
+    MeanFieldGuide, GaussianLambdaGuide, MixtureGuide))
 
 
-def known_guides() -> tuple[str, ...]:
-    return tuple(GUIDES)
-
-
-def guide_standardises_itself(name: str) -> bool:
-    """The guide takes ``noncentred`` itself (the α-guides: :func:`standard_scales`); an autoguide
-    is non-centred by reparameterising the model instead."""
-    return name in GUIDES and "noncentred" in GUIDES[name][1]
+def register(guide: GuideType) -> GuideType:
+    """Add the guide class ``guide`` (a :class:`Guide` subclass with its own ``name`` and
+    ``Settings``) to :data:`GUIDES`: a catalog entry then names it in ``[inference.svi] guide``
+    and sets its settings in ``[inference.svi.<name>]``. An installed package can instead declare
+    it under the entry-point group ``ssgp_ppl.guides`` (:mod:`ssgp_ppl.plugins`)."""
+    if not (isinstance(guide, type) and issubclass(guide, Guide)):
+        raise SSGPError("register_guide() takes a Guide subclass (the class, not an instance), "
+                        f"got {type(guide).__name__}")
+    return GUIDES.register(guide)
 
 
 def initial_values(spec: SSGPSpec) -> dict:
@@ -456,15 +563,11 @@ def initial_values(spec: SSGPSpec) -> dict:
     return {k: v for k, v in values.items() if k.removesuffix("_decentered") in spec.latent_sites()}
 
 
-def make_guide(name: str, model: Callable, spec: SSGPSpec, **options) -> Guide:
-    """The guide ``name`` for ``model`` (a partial of ``ssgp_model`` with ``spec``); ``options``
-    from ``[inference.svi]`` (those the guide does not take are ignored)."""
-    if name not in GUIDES:
-        raise SSGPError(f"unknown guide {name!r}; known: {', '.join(known_guides())}")
-    cls, takes = GUIDES[name]
-    if cls is NumPyroAutoGuide:
-        return NumPyroAutoGuide(spec, model, name)
-    return cls(spec, **{k: v for k, v in options.items() if k in takes})
+def make_guide(name: str, model: Callable, spec: SSGPSpec, settings: Settings | None = None, *,
+               noncentred: bool = False) -> Guide:
+    """The registered guide ``name`` for ``model`` (a partial of ``ssgp_model`` with ``spec``),
+    with ``settings`` (its Settings; None: the defaults)."""
+    return GUIDES.get(name).make(model, spec, settings, noncentred=noncentred)
 
 
 class EmptyGuide(Guide):
@@ -476,11 +579,8 @@ class EmptyGuide(Guide):
         return None
 
 
-class MAPGuide(NumPyroAutoGuide):
+class MAPGuide(AutoDeltaGuide):
     """Point estimates of the latent sites (MAP where the entry has priors)."""
-
-    def __init__(self, spec: SSGPSpec, model: Callable):
-        super().__init__(spec, model, "auto_delta")
 
 
 def nuts_init(site=None):
@@ -495,4 +595,4 @@ def nuts_init(site=None):
 
 __all__ = ["GUIDES", "AutoMultivariateNormal", "EmptyGuide", "GaussianLambdaGuide", "Guide",
            "JointAffineGuide", "MAPGuide", "MeanFieldGuide", "MixtureGuide", "NumPyroAutoGuide",
-           "initial_values", "known_guides", "make_guide", "nuts_init"]
+           "GuideType", "initial_values", "make_guide", "nuts_init", "register"]

@@ -41,7 +41,7 @@ from ssgp_ppl.tables import TableEncoding, frame
 if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.entry import CatalogEntry
 
-SAVE_FORMAT = 1
+SAVE_FORMAT = 2  # 2: a guide's settings in [inference.svi.<guide>] of the saved entry
 TEST_ARRAYS = ("mean", "var", "mean_f", "var_f", "var_y", "draws")
 STATE_GROUP = "ssgp_ppl_state"  # the group of a saved posterior that holds what predict needs
 CHECKSUM = "ssgp_ppl_sha256"  # the state group's attribute holding state_checksum(...)

@@ -11,7 +11,6 @@ from typing import NamedTuple
 
 from ssgp_ppl.errors import SSGPError
 
-FULL_RANK = ("joint_affine", "auto_mvn")  # guides with a D × D triangular scale matrix
 GUIDE_PARAMS_LOUD = 10_000_000  # above this a fit says how large its guide is
 # (S, n*) float64 arrays a fit holds at once for its test rows: the prediction's per-draw arrays
 # and the scores' temporaries (measured: 8.7 of them in float32, 10.7 in float64), besides the
@@ -46,10 +45,10 @@ def estimate(entry, n: int, d: int, n_test: int, method: str) -> Needs:
     m = entry.config["model"]["m"]
     latent = m * d + 2 * m + 3  # frequencies, nuisance, hyperparameters: the guide's dimension D
     from ssgp_ppl import methods
+    from ssgp_ppl.guides import GUIDES
 
     guide = methods.get(method).guide_label(entry)  # None: the method fits no guide
-    params = (latent * (latent + 1) // 2 + latent if guide in FULL_RANK  # scale_tril and loc
-              else 2 * latent if guide is not None else 0)
+    params = 0 if guide is None else GUIDES.get(guide).param_count(latent)
     features = 3 * n * 2 * m * 4  # Φ, its gradient and one temporary
     gram = 4 * (2 * m) ** 2 * 8  # ΦᵀΦ, its Cholesky factor and two temporaries
     guide_bytes = 4 * params * 4  # parameters, gradient, two Adam moments

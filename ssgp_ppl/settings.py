@@ -1,17 +1,22 @@
 """Declarative settings: a :class:`Field` per key, validated with the file and dotted key named.
 
-The catalog (:mod:`ssgp_ppl.entry`), every inference method (:mod:`ssgp_ppl.methods`) and the
-predictive use these to declare and check their own TOML tables.
+The catalog (:mod:`ssgp_ppl.entry`), every inference method (:mod:`ssgp_ppl.methods`), every guide
+(:mod:`ssgp_ppl.guides`) and the predictive use these to declare and check their own TOML tables:
+a component's :class:`Settings` is a frozen dataclass whose fields are made by :func:`setting`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.tables import duplicates
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ssgp_ppl.entry import CatalogEntry
 
 
 def is_int(v) -> bool:
@@ -34,6 +39,30 @@ class Field(NamedTuple):
     low: float | None = None  # inclusive lower bound
     high: float | None = None  # inclusive upper bound
     open_low: bool = False  # lower bound exclusive
+
+
+def setting(type_, default, doc: str, **bounds):
+    """A Settings field: its catalog :class:`Field` rides in the metadata."""
+    f = Field(type_, default, doc, **bounds)
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata={"field": f})
+    return dataclasses.field(default=default, metadata={"field": f})
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Base of every component's settings (no fields: a component without settings)."""
+
+    @classmethod
+    def schema(cls) -> dict[str, Field]:
+        return {f.name: f.metadata["field"] for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def of(cls, entry: CatalogEntry, name: str):
+        """The entry's (validated) ``[inference.<name>]`` table as this type (its own keys: a
+        table may hold sub-tables, as ``[inference.svi]`` holds its guide's)."""
+        table = entry.config["inference"][name]
+        return cls(**{k: table[k] for k in cls.schema()})
 
 
 def check_value(f: Field, value, where: str) -> None:

@@ -191,10 +191,11 @@ def test_every_method_has_one_shape(name):
     assert isinstance(m, methods.Method)
     schema = m.Settings.schema()
     assert schema and all(f.doc for f in schema.values())
-    # its table is what the catalog validates
+    # its table is what the catalog validates (svi's also holds each guide's table)
     from ssgp_ppl.entry import SCHEMA
 
-    assert SCHEMA["inference"][name] == schema
+    assert SCHEMA["inference"][name] == m.table_schema()
+    assert {k: f for k, f in SCHEMA["inference"][name].items() if not isinstance(f, dict)} == schema
 
 
 def test_importing_the_pipeline_first_leaves_numpyro_whole():
@@ -235,3 +236,44 @@ def test_every_public_module_declares_what_it_exports():
     assert not unknown, unknown
     assert {"fit", "compare", "load", "load_comparison", "catalog"} <= set(
         importlib.import_module("ssgp_ppl").__all__)
+
+
+def _guide_name_tests(tree: ast.AST, source: str) -> list[str]:
+    """Comparisons with a registered guide's name, and ``startswith`` tests of a name's prefix."""
+    from ssgp_ppl.guides import GUIDES
+
+    names = set(GUIDES)
+    found = []
+    for node in ast.walk(tree):
+        consts = []
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                elts = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
+                consts += [e.value for e in elts if isinstance(e, ast.Constant)]
+            hit = names & set(consts)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "startswith" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            prefix = node.args[0].value
+            hit = {n for n in names if n.startswith(prefix) and n != prefix and prefix.endswith("_")}
+        else:
+            continue
+        if hit:
+            found.append(f"line {node.lineno}: {ast.get_source_segment(source, node)}")
+    return found
+
+
+def test_no_module_tests_a_guide_by_its_name():
+    """A guide's abilities are its class attributes and methods (ssgp_ppl.guides); no module
+    decides what a guide can do from its name."""
+    offenders = {}
+    for name, path, tree in _modules():
+        hits = _guide_name_tests(tree, path.read_text())
+        if hits:
+            offenders[name] = hits
+    assert not offenders, offenders
+
+
+def test_the_check_finds_a_guide_name_test():
+    src = 'def f(s):\n    return s.guide == "mixture" or s.guide.startswith("auto_")\n'
+    assert len(_guide_name_tests(ast.parse(src), src)) == 2

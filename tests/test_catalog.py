@@ -135,7 +135,8 @@ GOOD = ('description = "x"\n[model]\nm = 5\nfrequencies = "learned"\nnuisance = 
         (GOOD + "[inference.svi]\nobjective = 'kl'\n", ["inference.svi.objective", "kl"]),
         (GOOD.replace('frequencies = "learned"', 'frequencies = "prior"').replace('["ml"]', '["svi"]')
          + "[inference.svi]\nguide = 'gaussian_lambda'\nnoncentred = true\n",
-         ["inference.svi.noncentred", "joint_affine, mean_field or an auto_*"]),
+         ["inference.svi.noncentred", "a guide of joint_affine, mean_field, or of auto_normal, "
+          "auto_mvn, auto_lowrank, auto_delta with a location-scale spectral_density (se, cauchy)"]),
         (GOOD.replace('frequencies = "learned"', 'frequencies = "prior"').replace('["ml"]', '["svi"]')
          .replace("m = 5", "m = 5\nspectral_density = 'matern32'")
          + "[inference.svi]\nguide = 'auto_normal'\nnoncentred = true\n",

@@ -28,17 +28,19 @@ def test_readme_is_a_short_users_page():
 
 @pytest.mark.parametrize(("page", "densities"), [("README.md", ["matern32"]),
                                                  ("docs/guide/adding-a-model.md",
-                                                  ["matern32", "laplace"])])
+                                                  ["matern32", "laplace", "matern32"])])
 def test_toml_examples_are_valid_entries(page, densities, tmp_path):
-    """Each TOML block loads (after the page's own density registration, if any) and uses the
-    density the page says."""
+    """Each TOML block loads (after the page's own density and guide registrations, if any) and
+    uses the density the page says."""
     from ssgp_ppl.densities import DENSITIES
+    from ssgp_ppl.guides import GUIDES
 
     text = (ROOT / page).read_text()
     blocks = re.findall(r"```toml\n(.+?)```", text, re.S)
     registers = [b for b in re.findall(r"```python\n(.+?)```", text, re.S)
-                 if "register_density" in b]
+                 if "register_density(" in b or "register_guide(" in b]
     before = dict(DENSITIES)
+    guides_before = set(GUIDES)
     for name, obj in before.items():  # a user density another test left registered
         if type(obj).__module__ != "ssgp_ppl.densities":
             DENSITIES.pop(name)
@@ -57,6 +59,8 @@ def test_toml_examples_are_valid_entries(page, densities, tmp_path):
                 DENSITIES.pop(name)
         for obj in before.values():
             DENSITIES.register(obj)
+        for name in set(GUIDES) - guides_before:
+            del GUIDES[name]
 
 
 # the budget cut of the pages' examples in the tests: the code runs as written, only faster
@@ -102,8 +106,6 @@ def test_python_examples_run_as_written(page, tmp_path, monkeypatch):
         assert list(cmp.table["method"]) == cmp.methods and cmp.report.is_file()
         assert cmp.verdict.startswith(("CONVERGED", "NOT CONVERGED: "))
         assert ns["vi"].metrics["nmse"] == cmp.record("svi")["nmse"]
-
-
 def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     env = {**os.environ, "SSGP_PPL_DOCS_CACHE": str(tmp_path / "cache"),
            "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}

@@ -1,6 +1,6 @@
-"""Contract of every guide class in ssgp_ppl.guides.GUIDES: the class declares its abilities, the
-guide covers exactly the model's latent sites, and a closed-form q(s | rest) it declares is the
-distribution its own draws of s have."""
+"""Contract of every guide class registered in ssgp_ppl.guides.GUIDES: the class declares its
+name, settings and abilities, the guide covers exactly the model's latent sites, a closed-form
+q(s | rest) it declares is the distribution its own draws of s have, and the svi method fits it."""
 
 import jax
 import jax.numpy as jnp
@@ -9,9 +9,11 @@ import pytest
 from numpyro import handlers
 from numpyro.infer import Predictive
 
+from ssgp_ppl import datasets, methods
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.guides import GUIDES, EmptyGuide, Guide, MAPGuide, make_guide
+from ssgp_ppl.guides import GUIDES, EmptyGuide, Guide, GuideType, MAPGuide, make_guide
+from ssgp_ppl.settings import Settings
 
 # an entry whose latent sites each guide covers
 ENTRY = {"auto_normal": "ssgp_svi", "auto_mvn": "ssgp_svi", "auto_lowrank": "ssgp_svi",
@@ -22,6 +24,41 @@ D = 2
 
 def test_every_guide_has_a_case():
     assert set(ENTRY) == set(GUIDES)
+
+
+@pytest.mark.parametrize("name", sorted(GUIDES))
+def test_every_registered_guide_declares_its_name_settings_and_abilities(name):
+    cls = GUIDES[name]
+    assert isinstance(cls, GuideType) and issubclass(cls, Guide) and cls.name == name
+    assert cls.description
+    assert issubclass(cls.Settings, Settings)
+    schema = cls.Settings.schema()
+    assert all(f.doc for f in schema.values())
+    assert cls.Settings() == cls.Settings(**{k: f.default for k, f in schema.items()})
+    assert cls.noncentring in (None, "guide", "model")
+    dim = 10  # the memory estimate: at least a location per latent coordinate
+    assert isinstance(cls.param_count(dim), int) and cls.param_count(dim) >= dim
+
+
+@pytest.fixture(scope="module")
+def small():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2, 2, (40, D))
+    return datasets.from_arrays(x, np.sin(2 * x[:, 0]) + 0.1 * rng.standard_normal(40))
+
+
+@pytest.mark.parametrize("name", sorted(GUIDES))
+def test_every_registered_guide_fits_a_few_svi_steps(name, small):
+    """The svi method fits the guide, chosen by name, for 6 steps on 40 rows and predicts."""
+    entry = load_entry(ENTRY[name]).with_overrides([
+        "m=3", f"svi.guide={name}", "svi.steps=6", "svi.min_steps=6", "svi.chunk=3",
+        "svi.paths=1", "partitions.per_step=0", "predictive.samples=20"])
+    post = methods.get("svi").run(entry, small, seed=0, progress=False)
+    assert post.info.steps == 6 and np.shape(post.losses) == (6,)
+    assert np.isfinite(post.losses).all()
+    assert post.params and all(np.isfinite(v).all() for v in post.params.values())
+    pred = post.predict(np.asarray(small.x_train[:5]))
+    assert np.isfinite(pred.mean).all() and (np.asarray(pred.var) > 0).all()
 
 
 def _build(name):

@@ -359,7 +359,8 @@ def test_guides_reject_other_latent_sites(builder, case):
 
 
 def test_joint_affine_rejects_unknown_psi():
-    with pytest.raises(SSGPError, match="unknown ψ 'laplace'; known: normal, student_t"):
+    with pytest.raises(SSGPError, match="guide 'joint_affine': psi: 'laplace' is not one of "
+                                        "normal, student_t"):
         JointAffineGuide(_spec(2, 2), psi="laplace")
 
 

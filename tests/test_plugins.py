@@ -96,3 +96,19 @@ def test_an_installed_spectral_density_joins_the_catalog_s_choices(on_path, monk
     assert entry.schema()["model"]["spectral_density"].choices[-1] == "laplace"
     assert float(reg["laplace"].log_density([0.0], 1.0)) == pytest.approx(
         math.log(math.pi), rel=1e-6)  # Laplace(0, b = 1/2π) at 0: 1/2b = π
+def test_an_installed_guide_class_is_registered_as_the_class(on_path):
+    """The guide registry holds classes (instances of GuideType): an entry point naming a guide
+    class registers that class, not an instance of it."""
+    from ssgp_ppl.guides import AutoMVNGuide, GuideType
+
+    _distribution(on_path, "ssgp_ppl.guides", "flat = plugmod:FlatGuide", """
+        from ssgp_ppl.guides import Guide
+
+        class FlatGuide(Guide):
+            name = "flat"
+    """)
+    reg = Registry("guide", GuideType, (AutoMVNGuide,))
+    assert list(reg) == ["auto_mvn", "flat"]
+    import plugmod
+
+    assert reg.get("flat") is plugmod.FlatGuide

@@ -4,8 +4,8 @@ A method is an instance of a :class:`Method` subclass in its own module of this 
 once in :data:`ssgp_ppl.methods.REGISTRY`:
 
 * ``Settings``: a frozen dataclass of its ``[inference.<name>]`` catalog table, each field declared
-  with :func:`setting` (type, default, doc, bounds); the catalog validates the table with it and
-  errors name the file and key;
+  with :func:`~ssgp_ppl.settings.setting` (type, default, doc, bounds); the catalog validates the
+  table with it (:meth:`Method.table_schema`) and errors name the file and key;
 * :meth:`Method.check`: the checks of this method against an entry (likelihood, latent sites, …);
 * :meth:`Method.requires`: what it needs from the entry's own method (type-II estimates, spectral
   points), passed in by the caller as a :class:`~ssgp_ppl.posterior.Handoff`;
@@ -15,38 +15,15 @@ once in :data:`ssgp_ppl.methods.REGISTRY`:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, ClassVar
 
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.settings import Field
+from ssgp_ppl.settings import Settings, setting  # noqa: F401  (methods declare theirs with these)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.datasets import Dataset
     from ssgp_ppl.entry import CatalogEntry
     from ssgp_ppl.posterior import Handoff, Posterior
-
-
-def setting(type_, default, doc: str, **bounds):
-    """A Settings field: its catalog :class:`~ssgp_ppl.settings.Field` rides in the metadata."""
-    f = Field(type_, default, doc, **bounds)
-    if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda: list(default), metadata={"field": f})
-    return dataclasses.field(default=default, metadata={"field": f})
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """Base of every method's settings."""
-
-    @classmethod
-    def schema(cls) -> dict[str, Field]:
-        return {f.name: f.metadata["field"] for f in dataclasses.fields(cls)}
-
-    @classmethod
-    def of(cls, entry: CatalogEntry, name: str):
-        """The entry's (validated) ``[inference.<name>]`` table as this type."""
-        return cls(**entry.config["inference"][name])
 
 
 class Method:
@@ -65,6 +42,12 @@ class Method:
 
     def settings(self, entry: CatalogEntry):
         return self.Settings.of(entry, self.name)
+
+    def table_schema(self, table: dict | None = None, src: str = "") -> dict:
+        """The schema the catalog validates this method's ``[inference.<name>]`` table with:
+        ``table`` as an entry in ``src`` writes it (errors name ``src``), or every key any entry
+        may write (None). Its ``Settings`` unless the table has sub-tables (``svi``'s guide)."""
+        return self.Settings.schema()
 
     def check(self, entry: CatalogEntry, src: str) -> None:
         """Raise one SSGPError naming ``src`` and the key when ``entry`` cannot use this method."""

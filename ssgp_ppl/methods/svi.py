@@ -11,7 +11,7 @@ from numpyro.infer import Trace_ELBO
 
 from ssgp_ppl import densities
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.guides import PSI, NumPyroAutoGuide, guide_standardises_itself, known_guides, make_guide
+from ssgp_ppl.guides import GUIDES
 from ssgp_ppl.inference import TOL_PER_POINT, Batching, Schedule, reparam_for_nuts, run_svi, run_svi_paths
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
@@ -23,15 +23,8 @@ from ssgp_ppl.stacking import COMBINE
 
 @dataclasses.dataclass(frozen=True)
 class SVISettings(Settings):
-    guide: str = setting(str, "auto_mvn", "guide name (ssgp_ppl.guides)")
-    psi: str = setting(str, "normal", "joint_affine: distribution ψ of z", choices=PSI)
-    df: float = setting((int, float), 5.0, "joint_affine with ψ = student_t: degrees of freedom ν",
-                        low=0, open_low=True)
-    init_scale: float = setting((int, float), 0.1, "papers' guides: initial scale × prior std",
-                                low=0, open_low=True)
-    components: int = setting(int, 3, "mixture: number K of diagonal Gaussian components", low=1)
-    spread: float = setting((int, float), 1.0, "mixture: spread of the components' starting means, "
-                            "in prior standard deviations", low=0)
+    guide: str = setting(str, "auto_mvn", "a registered guide (ssgp_ppl.guides.GUIDES); its "
+                         "settings go in [inference.svi.<guide>]")
     objective: str = setting(str, "elbo", "elbo | beta_elbo | dlm_log | dlm_square (Wei et al. "
                              "2021)", choices=OBJECTIVES)
     beta: float = setting((int, float), 1.0, "β of the KL term (beta_elbo, dlm_*)", low=0)
@@ -50,8 +43,8 @@ class SVISettings(Settings):
                          "less than this many nats per training row per 1,000 steps", low=0)
     min_steps: int = setting(int, 0, "no convergence stop before this many steps", low=0)
     noncentred: bool = setting(bool, False, "fit the non-centred frequencies θ·2πℓ (standard "
-                               "normal a priori under the SE density) instead of θ; the joint_affine "
-                               "and mean_field guides also s·√m/σ_s")
+                               "normal a priori under the SE density) instead of θ; a guide that "
+                               "standardises itself (joint_affine, mean_field) also s·√m/σ_s")
     paths: int = setting(int, 1, "independent fits from dispersed starts (multi-path VI)", low=1)
     combine: str = setting(str, "stacking", "how the paths combine: stacking (of their LOO "
                            "predictives) | posterior (by ELBO) | best", choices=COMBINE)
@@ -62,9 +55,15 @@ class SVISettings(Settings):
 
 
 def guide_of(entry, spec, model, s: SVISettings):
-    """The entry's guide object (:mod:`ssgp_ppl.guides`)."""
-    return make_guide(s.guide, model, spec, psi=s.psi, df=s.df, init_scale=s.init_scale,
-                      components=s.components, spread=s.spread, noncentred=s.noncentred)
+    """The entry's guide object (:mod:`ssgp_ppl.guides`) with its ``[inference.svi.<guide>]``
+    settings."""
+    cls = GUIDES.get(s.guide)
+    table = entry.config["inference"]["svi"].get(s.guide, {})
+    return cls.make(model, spec, cls.Settings(**table), noncentred=s.noncentred)
+
+
+def _their_settings(schema: dict) -> str:
+    return f"its settings: {', '.join(schema)}" if schema else "it has no settings"
 
 
 class SVIMethod(Method):
@@ -76,13 +75,50 @@ class SVIMethod(Method):
     distributed = True
     accepts = ("spectral_points",)
 
+    def table_schema(self, table=None, src=""):
+        """The SVI settings and the chosen guide's table ``[inference.svi.<guide>]``; a key
+        written for another guide, or flat in ``[inference.svi]``, is one error saying where it
+        goes."""
+        own = self.Settings.schema()
+        clash = [g for g in GUIDES if g in own]
+        if clash:
+            raise SSGPError(f"the guide {clash[0]!r} has the name of an [inference.svi] setting; "
+                            "rename it")
+        if table is None:
+            return {**own, **{g: cls.Settings.schema() for g, cls in GUIDES.items()}}
+        name = table.get("guide", own["guide"].default)
+        if not isinstance(name, str):
+            return own  # the type error is validate's
+        if name not in GUIDES:
+            raise SSGPError(f"{src}: inference.svi.guide: unknown guide {name!r}; known: "
+                            f"{', '.join(GUIDES)}")
+        theirs = GUIDES[name].Settings.schema()
+        for key in table:
+            if key in own or key == name:
+                continue
+            if key in GUIDES:
+                raise SSGPError(f"{src}: inference.svi.{key}: settings of the '{key}' guide, but "
+                                f"this entry's guide is '{name}'")
+            if key in theirs:
+                raise SSGPError(f"{src}: inference.svi.{key}: a setting of the '{name}' guide: "
+                                f"write it in [inference.svi.{name}]")
+            owners = [g for g, cls in GUIDES.items() if key in cls.Settings.schema()]
+            if owners:
+                raise SSGPError(f"{src}: inference.svi.{key}: the '{name}' guide has no setting "
+                                f"'{key}' ({_their_settings(theirs)}; '{key}' is a setting "
+                                f"of {', '.join(owners)})")
+        sub = table.get(name)
+        for key in sub if isinstance(sub, dict) else ():  # not a table: validate says so
+            if key not in theirs:
+                raise SSGPError(f"{src}: inference.svi.{name}.{key}: the '{name}' guide has no "
+                                f"setting '{key}' ({_their_settings(theirs)})")
+        return {**own, name: theirs}
+
     def check(self, entry, src: str) -> None:
         s = self.settings(entry)
         mc = entry.config["model"]
         density = densities.get(mc["spectral_density"])
-        if s.guide not in known_guides():
-            raise SSGPError(f"{src}: inference.svi.guide: unknown guide {s.guide!r}; known: "
-                            f"{', '.join(known_guides())}")
+        guide = GUIDES.get(s.guide)
         if not entry.latent_sites:
             raise SSGPError(f"{src}: inference.methods: 'svi' needs latent sites; this model has "
                             "none (use 'ml')")
@@ -91,16 +127,17 @@ class SVIMethod(Method):
                             "closed-form Gaussian LOO predictive; the "
                             f"{mc['likelihood']} likelihood needs paths = 1")
         if s.noncentred and (mc["parameterization"] != "free" or not (
-                guide_standardises_itself(s.guide)
-                or s.guide.startswith("auto_") and density.loc_scale)):
-            own = ", ".join(g for g in known_guides() if guide_standardises_itself(g))
+                guide.noncentring == "guide"
+                or guide.noncentring == "model" and density.loc_scale)):
+            own, by_model = ([g for g, cls in GUIDES.items() if cls.noncentring == how]
+                             for how in ("guide", "model"))
             loc_scale = densities.names_where(lambda d: d.loc_scale)
             raise SSGPError(f"{src}: inference.svi.noncentred: needs parameterization = 'free' and "
-                            f"a guide of {own} or an auto_* guide with a location-scale "
-                            f"spectral_density ({loc_scale})")
-        if s.guide == "mixture" and not density.gaussian:
+                            f"a guide of {', '.join(own)}, or of {', '.join(by_model)} with a "
+                            f"location-scale spectral_density ({loc_scale})")
+        if guide.needs_gaussian_density and not density.gaussian:
             gaussian = densities.names_where(lambda d: d.gaussian)
-            raise SSGPError(f"{src}: inference.svi.guide: 'mixture' needs a Gaussian "
+            raise SSGPError(f"{src}: inference.svi.guide: '{s.guide}' needs a Gaussian "
                             f"spectral_density ({gaussian}), not {density.name!r}")
         if entry.config["partitions"]["per_step"] and s.batch_size:
             raise SSGPError(f"{src}: inference.svi.batch_size: set either batch_size or "
@@ -135,7 +172,7 @@ class SVIMethod(Method):
             raise SSGPError(f"{entry.name}: SVI needs latent sites; this model has none")
         model = entry.model(spec)
         if s.noncentred and "frequencies" in spec.latent_sites() and \
-                not guide_standardises_itself(s.guide):
+                GUIDES.get(s.guide).noncentring == "model":
             model = reparam_for_nuts(model, ["frequencies"])
         partitions = common.partitions_for(entry, data, inputs, seed)
         guide = guide_of(entry, spec, model, s)
@@ -157,7 +194,7 @@ class SVIMethod(Method):
         # one update serves every path only where a path's start lives in its initial parameter
         # values alone: NumPyro's autoguides (the papers' guides scale their parameters by the
         # start), and models that differ in nothing else (free frequencies, or the same points)
-        same = all(isinstance(st[3], NumPyroAutoGuide) for st in setups) and (
+        same = all(st[3].start_in_params for st in setups) and (
             all(sp.parameterization == "free" and sp.frequencies == "prior" for sp in specs)
             or all(np.array_equal(sp.spectral_points, specs[0].spectral_points) for sp in specs))
         if checkpoint is not None or not same or len(starts) < 2 or jax.process_count() > 1:
