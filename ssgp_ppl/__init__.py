@@ -29,6 +29,7 @@ _LAZY = {
     "catalog": ("ssgp_ppl.api", "catalog"),
     "add_catalog": ("ssgp_ppl.api", "add_catalog"),
     "register_method": ("ssgp_ppl.methods", "register"),
+    "register_likelihood": ("ssgp_ppl.likelihoods", "register"),
 }
 _API = tuple(_LAZY)
 

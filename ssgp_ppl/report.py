@@ -405,10 +405,10 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     comparison of the same settings (entry, data, seed), loading each method it finished.
     ``run_record`` is written as its ``run.json`` (what ``ssgp-ppl compare --resume`` reads).
     """
-    lik = entry.config["model"]["likelihood"]
-    if lik != "gaussian":
+    if not entry.lik.conjugate:
         raise SSGPError(f"{entry.name}: compare's calibration report (coverage, PIT, CRPS) is for "
-                        f"Gaussian-likelihood entries; this one is {lik} (use `ssgp-ppl fit`)")
+                        f"Gaussian-likelihood entries; this one is {entry.lik.name} (use "
+                        "`ssgp-ppl fit`)")
     out = Path(out)
     with rundir.hold(out):
         stage = rundir.stage(out, resume=resume, overwrite=overwrite)

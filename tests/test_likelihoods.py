@@ -95,7 +95,7 @@ def test_closed_forms_have_correct_gradients(x64):
 
 def test_unknown_likelihood_is_named():
     with pytest.raises(SSGPError, match="unknown likelihood"):
-        likelihoods.get("logit")
+        likelihoods.get("cauchit")
 
 
 def test_quadrature_float32_close_to_float64():
