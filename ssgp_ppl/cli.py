@@ -336,9 +336,10 @@ TABLE = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnl
 
 def _columns(rows: list[dict]) -> list[str]:
     """The table's columns: the regression metrics where there are any, else the classifier's /
-    count model's (error rate, MRE), with the exact test NLL in every case."""
+    count model's (error rate, Brier score, MRE), with the exact test NLL in every case."""
     cols = [c for c in TABLE if any(c in r for r in rows)]
-    extra = [c for c in ("objective", "beta", "error_rate", "mre") if any(c in r for r in rows)]
+    extra = [c for c in ("objective", "beta", "error_rate", "brier", "mre")
+             if any(c in r for r in rows)]
     return cols[:-1] + extra + cols[-1:]
 
 
