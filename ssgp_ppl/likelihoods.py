@@ -178,7 +178,7 @@ class Likelihood:
         """One SSGPError naming ``what`` where ``y`` is not data of this likelihood."""
         v = np.asarray(y)
         if not np.issubdtype(v.dtype, np.number) or not np.all(np.isfinite(v)):
-            raise SSGPError(f"{what}: the {self.name} likelihood needs finite numbers")
+            raise SSGPError(f"{what}: the {self.name} likelihood needs finite real numbers")
 
     def task_metrics(self, y, mean, var) -> dict[str, float]:
         """Scores of the predictive mean and variance (n,) on test targets y (original units)."""
@@ -261,7 +261,7 @@ class BinaryLikelihood(Likelihood):
         bad = ~((v == 0) | (v == 1))
         if np.any(bad):
             raise SSGPError(f"{what}: the {self.name} likelihood needs binary targets (0 or 1); "
-                            f"{int(np.sum(bad))} values are not, e.g. {v[bad].flat[0]!r}")
+                            f"{int(np.sum(bad))} of {v.size} are not (e.g. {v[bad].flat[0]:g})")
 
     def task_metrics(self, y, mean, var) -> dict[str, float]:
         y, p = np.asarray(y, np.float64), np.asarray(mean, np.float64)
@@ -280,7 +280,8 @@ class CountLikelihood(Likelihood):
         bad = ~((v >= 0) & (v == np.round(v)))
         if np.any(bad):
             raise SSGPError(f"{what}: the {self.name} likelihood needs non-negative integer "
-                            f"counts; {int(np.sum(bad))} values are not, e.g. {v[bad].flat[0]!r}")
+                            f"counts; {int(np.sum(bad))} of {v.size} are not (e.g. "
+                            f"{v[bad].flat[0]:g})")
 
     def task_metrics(self, y, mean, var) -> dict[str, float]:
         y = np.asarray(y, np.float64)
