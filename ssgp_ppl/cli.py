@@ -168,8 +168,8 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--extra-noise-inputs", type=int, default=0, metavar="N",
                        help="append N uniform noise inputs (Tan et al. 2016, §7.4, §7.6)")
         q.add_argument("--threshold", type=float,
-                       help="probit entries: the class is 1 where the target exceeds this "
-                       "(default: the training split's median)")
+                       help="binary-likelihood entries: the class is 1 where the target exceeds "
+                       "this (default: the training split's median)")
         t = q.add_argument_group("your own table (a CSV/Parquet --data file)")
         t.add_argument("--inputs", metavar="COL,…", help="the input columns (default: all but "
                        "the target)")
