@@ -91,6 +91,7 @@ def catalog_page() -> str:
             "| --- | --- | --- | --- |"]
     out += [f"| `{name}` | {_cell(d.doc)} | {'yes' if d.gaussian else 'no'} | "
             f"{'yes' if d.loc_scale else 'no'} |" for name, d in DENSITIES.items()]
+    out += ["", *likelihoods_section()]
     full = schema()
     out += ["", "## Settings of each component", "",
             "Every key a catalog file may set, with its default. `--set KEY=VALUE` (CLI) and "
@@ -117,6 +118,33 @@ def catalog_page() -> str:
         else:
             out += ["", f"### `{section}` (top level)", "", head, *_field_rows({section: node})]
     return "\n".join(out) + "\n"
+
+
+def likelihoods_section() -> list[str]:
+    """The registered likelihoods (``model.likelihood``) and what each declares."""
+    from ssgp_ppl.likelihoods import LIKELIHOODS
+
+    def closed(lik) -> str:
+        forms = [what for what, flag in (("E_q log p", lik.exact_expected_log),
+                                         ("log E_q p", lik.exact_log_expected),
+                                         ("mean and variance", lik.exact_moments)) if flag]
+        return ", ".join(forms) or "none"
+
+    out = ["## Likelihoods", "",
+           "The values of `model.likelihood`: every registered likelihood (the built-in ones, "
+           "those registered with `ssgp_ppl.register_likelihood` and installed plug-ins), from "
+           "`ssgp_ppl.likelihoods.LIKELIHOODS`. Expectations without a closed form are "
+           "Gauss-Hermite sums; a likelihood whose s does not integrate out needs "
+           "`nuisance = \"sampled\"` and `predictive.rule = \"degenerate\"`. "
+           "[Adding a likelihood](../guide/adding-a-model.md#adding-a-likelihood) shows how to "
+           "write one.", "",
+           "| name | target | noise σ_n | s integrates out | closed forms | description |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for name, lik in LIKELIHOODS.items():
+        out.append(f"| `{name}` | {lik.target} | {'yes' if lik.has_scale else 'no'} | "
+                   f"{'yes' if lik.conjugate else 'no'} | {closed(lik)} | "
+                   f"{_cell(lik.description)} |")
+    return out
 
 
 def cli_page() -> str:

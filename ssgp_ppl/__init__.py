@@ -37,6 +37,7 @@ _LAZY = {
     "Posterior": ("ssgp_ppl.posterior", "Posterior"),
     "register_density": ("ssgp_ppl.densities", "register"),
     "register_guide": ("ssgp_ppl.guides", "register"),
+    "register_likelihood": ("ssgp_ppl.likelihoods", "register"),
 }
 _API = tuple(_LAZY)
 

@@ -172,8 +172,8 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--extra-noise-inputs", type=int, default=0, metavar="N",
                        help="append N uniform noise inputs (Tan et al. 2016, §7.4, §7.6)")
         q.add_argument("--threshold", type=float,
-                       help="probit entries: the class is 1 where the target exceeds this "
-                       "(default: the training split's median)")
+                       help="binary-likelihood entries: the class is 1 where the target exceeds "
+                       "this (default: the training split's median)")
         t = q.add_argument_group("your own table (a CSV/Parquet --data file)")
         t.add_argument("--inputs", metavar="COL,…", help="the input columns (default: all but "
                        "the target)")
@@ -356,9 +356,10 @@ TABLE = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnl
 
 def _columns(rows: list[dict]) -> list[str]:
     """The table's columns: the regression metrics where there are any, else the classifier's /
-    count model's (error rate, MRE), with the exact test NLL in every case."""
+    count model's (error rate, Brier score, MRE), with the exact test NLL in every case."""
     cols = [c for c in TABLE if any(c in r for r in rows)]
-    extra = [c for c in ("objective", "beta", "error_rate", "mre") if any(c in r for r in rows)]
+    extra = [c for c in ("objective", "beta", "error_rate", "brier", "mre")
+             if any(c in r for r in rows)]
     return cols[:-1] + extra + cols[-1:]
 
 

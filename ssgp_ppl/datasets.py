@@ -228,8 +228,8 @@ def load(
         before scaling, named ``noise_0``, ``noise_1``, ...
     target_kind
         ``"continuous"`` (standardised), ``"binary"`` (1 where the raw target
-        exceeds ``threshold``, default the training split's median; for the probit
-        likelihood) or ``"count"`` (raw non-negative integers, for the Poisson likelihood);
+        exceeds ``threshold``, default the training split's median; for a binary
+        likelihood) or ``"count"`` (raw non-negative integers, for a count likelihood);
         binary and count targets are not scaled.
     table
         For a data file or DataFrame, which columns and rows are used and how text and
@@ -246,7 +246,7 @@ def load(
     if target_kind not in ("continuous", "binary", "count"):
         raise SSGPError(f"target_kind must be continuous, binary or count, got {target_kind!r}")
     if threshold is not None and target_kind != "binary":
-        raise SSGPError("a threshold applies only to binary targets (the probit likelihood)")
+        raise SSGPError("a threshold applies only to binary targets (binary likelihoods)")
     split = check_seed(split, "split")
     if x_scaling not in ("standard", "minmax"):
         raise SSGPError(f"x_scaling must be 'standard' or 'minmax', got {x_scaling!r}")
@@ -475,9 +475,9 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
         _check_finite_array(xt, yt, "the arrays x_test, y_test", feats, tname)
     for what, v in (("y", y), ("y_test", yt)):
         if target_kind == "binary" and not np.all((v == 0) | (v == 1)):
-            raise SSGPError(f"{what}: a binary target (probit likelihood) must hold 0 and 1 only")
+            raise SSGPError(f"{what}: a binary target must hold 0 and 1 only")
         if target_kind == "count" and (np.any(v < 0) or np.any(v != np.round(v))):
-            raise SSGPError(f"{what}: a count target (Poisson likelihood) must hold non-negative "
+            raise SSGPError(f"{what}: a count target must hold non-negative "
                             "integers")
     y_scaler = _fit_standard(y) if target_kind == "continuous" else Scaler(np.zeros(()), np.ones(()))
     _check_target(y, y_scaler, name, tname, target_kind)

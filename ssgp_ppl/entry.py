@@ -24,7 +24,6 @@ from ssgp_ppl import densities, likelihoods
 from ssgp_ppl import methods as _methods
 from ssgp_ppl.errors import SEED_MAX, SSGPError
 from ssgp_ppl.io import file_kind
-from ssgp_ppl.likelihoods import LIKELIHOODS
 from ssgp_ppl.methods.svi import SVI, guide_of
 from ssgp_ppl.model import PRIORS, ROLES, Hyper, SSGPSpec, ssgp_model
 from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
@@ -62,8 +61,7 @@ _BASE: dict = {  # everything but [inference], whose tables the methods declare
                              choices=("prior", "learned")),
         "nuisance": Field(str, "sampled", "s sampled, or integrated out in closed form",
                           choices=("sampled", "marginalized")),
-        "likelihood": Field(str, "gaussian", "observation model p(y | f) (Wei et al. 2021, §2)",
-                            choices=LIKELIHOODS),
+        "likelihood": Field(str, "gaussian", "observation model p(y | f) (Wei et al. 2021, §2)"),
         "df": Field((int, float), 4.0, "Student-t degrees of freedom", low=0, open_low=True),
         "spectral_seed": Field(int, 0, "seed of the fixed standard spectral points", low=0,
                                high=SEED_MAX),
@@ -121,8 +119,12 @@ def schema(raw: dict | None = None, src: str = "") -> dict:
     }
     keys = list(_BASE)
     keys.insert(keys.index("data") + 1, "inference")
-    return {k: inference if k == "inference" else model if k == "model" else _BASE[k]
-            for k in keys}
+    out = {k: inference if k == "inference" else model if k == "model" else _BASE[k]
+           for k in keys}
+    lik = out["model"]["likelihood"]  # the registered likelihoods (register_likelihood adds some)
+    out["model"] = {**out["model"],
+                    "likelihood": lik._replace(choices=tuple(likelihoods.LIKELIHOODS))}
+    return out
 
 
 SCHEMA = schema()  # the built-in methods' catalog format
@@ -235,7 +237,8 @@ class CatalogEntry:
     @cached_property
     def lik(self):
         """The entry's observation model (:mod:`ssgp_ppl.likelihoods`)."""
-        return likelihoods.get(self.config["model"]["likelihood"], self.config["model"]["df"])
+        mc = self.config["model"]
+        return likelihoods.LIKELIHOODS.get(mc["likelihood"]).configure(mc)
 
     @cached_property
     def latent_sites(self) -> tuple[str, ...]:
@@ -349,15 +352,14 @@ def _build(name: str, path: Path, raw: dict, src: str) -> CatalogEntry:
     if cfg["partitions"]["per_step"] and mc["nuisance"] != "sampled":
         raise SSGPError(f"{src}: partitions.per_step: partition sampling needs model.nuisance = "
                         "'sampled' (the marginal likelihood does not factorise)")
-    if mc["likelihood"] == "student_t" and mc["df"] <= 2:
-        raise SSGPError(f"{src}: model.df: the Student-t predictive needs df > 2 (finite "
-                        f"variance), got {mc['df']:g}")
-    if mc["likelihood"] != "gaussian":
+    lik = likelihoods.LIKELIHOODS.get(mc["likelihood"])
+    lik.check_settings(mc, src)
+    if not lik.conjugate:
         if mc["nuisance"] != "sampled":
-            raise SSGPError(f"{src}: model.nuisance: the {mc['likelihood']} likelihood needs "
+            raise SSGPError(f"{src}: model.nuisance: the {lik.name} likelihood needs "
                             "'sampled' (s integrates out only under the Gaussian)")
         if cfg["predictive"]["rule"] != "degenerate":
-            raise SSGPError(f"{src}: predictive.rule: the {mc['likelihood']} likelihood needs "
+            raise SSGPError(f"{src}: predictive.rule: the {lik.name} likelihood needs "
                             "'degenerate' (marginal and local are Gaussian closed forms)")
     entry = CatalogEntry(name, path, cfg)
     for method in entry.methods:  # each listed method checks the entry against its needs

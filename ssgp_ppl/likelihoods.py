@@ -1,26 +1,30 @@
 """Observation models p(y | f) for the SSGP feature model f = φ_θ(x)ᵀs (Wei et al. 2021, §2, Table 1).
 
-Each likelihood is a set of pure functions of (y, f) or of a Gaussian q(f) = N(mu, var):
+A likelihood is an instance of a :class:`Likelihood` subclass, registered in :data:`LIKELIHOODS`
+under its ``name`` (the catalog's ``model.likelihood``). It owns everything that depends on it:
 
-* ``log_prob(y, f, scale)``: log p(y | f) (``scale`` is σ_n for the Gaussian and Student-t,
-  ignored by probit and Poisson);
-* ``expected_log_prob(y, mu, var, scale)``: E_q[log p(y | f)], the ELBO's loss term; closed form
-  for the Gaussian and the Poisson (log link), Gauss-Hermite quadrature otherwise;
-* ``log_expected_prob(y, mu, var, scale)``: log E_q[p(y | f)] = log q(y), the log-loss DLM term
-  (Wei et al. 2021, §1.1); closed form for the Gaussian (log N(y | mu, var + σ²)) and probit
-  (log Φ((2y − 1) mu / √(1 + var)), Wei et al. 2021, §2); Laplace-centred Gauss-Hermite for the
-  Poisson; for the Student-t, Gauss-Laguerre over its Gaussian scale mixture;
-* ``mean(mu, var)``: E_q[E[y | f]], the prediction ŷ of square-loss DLM (Wei et al. 2021, §2) and the
-  mean of the predictive; for the Poisson E_q[e^f] = exp(mu + var/2) (Wei et al. 2021, supp. "Evaluation");
-* ``prob_max(y, scale)`` and ``interval_max(y, a, b, scale)``: ℓ_max = max_f p(y | f) and
-  m₁ = max_{f ∈ [a, b]} p(y | f), what the uPS rejection sampler needs (Wei et al. 2021, supp. §1).
+* the observation model: ``log_prob(y, f, scale)`` and ``distribution(f, scale)`` (the model's
+  ``y`` site; ``scale`` is σ_n where ``has_scale``, else ignored), E[y | f] and Var[y | f];
+* under a Gaussian q(f) = N(mu, var): ``expected_log_prob`` E_q[log p(y | f)] (the ELBO's loss
+  term), ``log_expected_prob`` log E_q[p(y | f)] = log q(y) (the log-loss DLM term and the test
+  NLL, Wei et al. 2021, §1.1), ``mean`` and ``variance`` of y (ŷ of square-loss DLM, Wei et al.
+  2021, §2, and the predictive moments) and ``predictive_draws`` of y; each is a closed form where
+  the class declares one (``exact_expected_log``, ``exact_log_expected``, ``exact_moments``),
+  Gauss-Hermite quadrature otherwise;
+* ``prob_max`` ℓ_max = max_f p(y | f) and ``interval_max`` m₁ = max_{f ∈ [a, b]} p(y | f), what the
+  uPS rejection sampler needs (Wei et al. 2021, supp. §1);
+* the data it takes (``target``: continuous, binary or count; ``check_target``), its task metrics
+  (``task_metrics``), its catalog settings (``check_settings``, ``configure``) and whether s
+  integrates out in closed form (``conjugate``).
 
-Probit targets are y ∈ {0, 1}; Poisson targets are counts y ∈ {0, 1, 2, ...}.
+:class:`ContinuousLikelihood`, :class:`BinaryLikelihood` and :class:`CountLikelihood` hold what
+each kind of target shares; a new likelihood subclasses one and is registered with
+:func:`register` (docs/guide/adding-a-model.md, "Adding a likelihood").
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -32,9 +36,10 @@ from scipy.special import gammaln as gammaln_np
 from scipy.special import roots_genlaguerre
 
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.plugins import Registry
 
-LIKELIHOODS = ("gaussian", "student_t", "probit", "poisson")
 QUADRATURE_NODES = 32
+TARGETS = ("continuous", "binary", "count")
 
 
 def hermite(nodes: int = QUADRATURE_NODES):
@@ -45,35 +50,246 @@ def hermite(nodes: int = QUADRATURE_NODES):
 
 def _quad_points(mu, var, nodes):
     eps, logw = hermite(nodes)
-    f = mu[..., None] + jnp.sqrt(var)[..., None] * eps  # (..., K)
+    f = jnp.asarray(mu)[..., None] + jnp.sqrt(var)[..., None] * eps  # (..., K)
     return f, jnp.asarray(logw, f.dtype)
 
 
-class Likelihood(NamedTuple):
-    """The pure functions of one observation model (see the module docstring)."""
-
-    name: str
-    has_scale: bool  # uses the noise site σ_n as its scale
-    target: str  # continuous | binary | count
-    log_prob: callable
-    expected_log_prob: callable
-    log_expected_prob: callable
-    mean: callable
-    prob_max: callable
-    interval_max: callable
-    distribution: callable  # (f, scale) -> numpyro distribution of y
-    noise_variance: callable = None  # scale -> Var[y | f] (continuous likelihoods)
+def _per_node(scale):
+    """``scale`` broadcastable against (..., K) quadrature points."""
+    return scale if scale is None or jnp.ndim(scale) == 0 else jnp.asarray(scale)[..., None]
 
 
-def _quadrature_expected_log(log_prob):
-    def expected_log_prob(y, mu, var, scale=None, nodes=QUADRATURE_NODES):
+@functools.partial(jax.jit, static_argnums=0)
+def _sample_rows(lik, keys, mean_f, var_f, scale):
+    """y (W, rows) from f moments (W, rows), row i from its own key ``keys[i]``."""
+
+    def row(key, mf, vf):
+        key_f, key_y = jax.random.split(key)
+        f = mf + jnp.sqrt(vf) * jax.random.normal(key_f, mf.shape, mf.dtype)
+        return lik.sample(key_y, f, scale)
+
+    return jax.vmap(row, in_axes=(0, 1, 1), out_axes=1)(keys, mean_f, var_f)
+
+
+class Likelihood:
+    """An observation model p(y | f) and everything computed from it (see the module docstring).
+
+    A subclass sets ``name`` and implements ``log_prob``, ``distribution``, ``conditional_mean``
+    and ``conditional_variance``; the expectations under q(f) then come by Gauss-Hermite
+    quadrature, and a closed form replaces one where it exists (declared by its flag).
+    """
+
+    name: str = ""
+    description: str = ""  # one line, for the docs' list of likelihoods
+    target: str = "continuous"  # continuous | binary | count: the data it takes
+    has_scale: bool = False  # reads the model's noise site σ_n as its scale
+    # p(y | f) = N(y | f, σ_n²): s integrates out in closed form (Hoang et al. 2017, App. E), the
+    # marginal and local predictive rules apply, and y* given one draw is Gaussian
+    conjugate: bool = False
+    exact_expected_log: bool = False  # expected_log_prob is a closed form
+    exact_log_expected: bool = False  # log_expected_prob is a closed form
+    exact_moments: bool = False  # mean and variance are closed forms
+
+    def __repr__(self) -> str:
+        return f"<likelihood {self.name!r}>"
+
+    # ------------------------------------------------------------------ observation model
+
+    def log_prob(self, y, f, scale=None):
+        """log p(y | f)."""
+        raise NotImplementedError
+
+    def distribution(self, f, scale=None):
+        """The NumPyro distribution of y given f (the model's observed ``y`` site)."""
+        raise NotImplementedError
+
+    def sample(self, key, f, scale=None):
+        """One y ~ p(y | f) per entry of f."""
+        return self.distribution(f, scale).sample(key)
+
+    def conditional_mean(self, f):
+        """E[y | f]."""
+        raise NotImplementedError
+
+    def conditional_variance(self, f, scale=None):
+        """Var[y | f]."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ under q(f) = N(mu, var)
+
+    def expected_log_prob(self, y, mu, var, scale=None, nodes=QUADRATURE_NODES):
+        """E_q[log p(y | f)] (Gauss-Hermite)."""
         f, logw = _quad_points(mu, var, nodes)
-        return jnp.sum(jnp.exp(logw) * log_prob(y[..., None], f, scale), axis=-1)
+        return jnp.sum(jnp.exp(logw) * self.log_prob(jnp.asarray(y)[..., None], f,
+                                                     _per_node(scale)), axis=-1)
 
-    return expected_log_prob
+    def log_expected_prob(self, y, mu, var, scale=None, nodes=QUADRATURE_NODES):
+        """log E_q[p(y | f)] (Gauss-Hermite on q)."""
+        f, logw = _quad_points(mu, var, nodes)
+        return logsumexp(logw + self.log_prob(jnp.asarray(y)[..., None], f, _per_node(scale)),
+                         axis=-1)
+
+    def mean(self, mu, var):
+        """E_q[E[y | f]], the predictive mean of y (Gauss-Hermite)."""
+        f, logw = _quad_points(mu, var, QUADRATURE_NODES)
+        return jnp.sum(jnp.exp(logw) * self.conditional_mean(f), axis=-1)
+
+    def variance(self, mu, var, scale=None):
+        """Var_q[y] = E_q[Var[y | f]] + Var_q[E[y | f]] (Gauss-Hermite)."""
+        f, logw = _quad_points(mu, var, QUADRATURE_NODES)
+        w = jnp.exp(logw)
+        m = self.conditional_mean(f)
+        mean = jnp.sum(w * m, axis=-1)
+        return (jnp.sum(w * (self.conditional_variance(f, _per_node(scale)) + m**2), axis=-1)
+                - mean**2)
+
+    def predictive_draws(self, mean_f, var_f, scale=None, *, key, start=0, rng=None):
+        """y draws (W, rows) given f ~ N(mean_f, var_f) (W, rows each): f drawn, then
+        y ~ p(y | f, scale) (scale None or (W, 1)). Row i draws from ``fold_in(key, start + i)``,
+        so a row's draws do not depend on how the rows are chunked; ``rng``, a NumPy generator
+        shared by successive chunks, is for closed forms that draw row by row from one stream."""
+        rows = np.shape(mean_f)[1]
+        keys = jax.vmap(functools.partial(jax.random.fold_in, key))(jnp.arange(start, start + rows))
+        sc = jnp.ones(()) if scale is None else jnp.asarray(scale).reshape(-1)
+        return np.asarray(_sample_rows(self, keys, jnp.asarray(mean_f), jnp.asarray(var_f), sc),
+                          np.float64)
+
+    # ------------------------------------------------------------------ uPS bounds
+
+    def mode(self, y, scale=None):
+        """argmax_f p(y | f), for :meth:`prob_max` and :meth:`interval_max` of a unimodal p."""
+        raise SSGPError(f"the {self.name} likelihood declares no mode: the uPS sampler "
+                        "(gradient 'ups') needs prob_max and interval_max")
+
+    def prob_max(self, y, scale=None):
+        """ℓ_max = max_f p(y | f)."""
+        return jnp.exp(self.log_prob(y, self.mode(y, scale), scale))
+
+    def interval_max(self, y, a, b, scale=None):
+        """m₁ = max_{f ∈ [a, b]} p(y | f) of a unimodal p: at the mode if inside, else an end."""
+        pa, pb = jnp.exp(self.log_prob(y, a, scale)), jnp.exp(self.log_prob(y, b, scale))
+        fm = self.mode(y, scale)
+        inside = (fm >= a) & (fm <= b)
+        return jnp.where(inside, jnp.exp(self.log_prob(y, fm, scale)), jnp.maximum(pa, pb))
+
+    # ------------------------------------------------------------------ data, settings, scores
+
+    def check_target(self, y, what: str = "y") -> None:
+        """One SSGPError naming ``what`` where ``y`` is not data of this likelihood."""
+        v = np.asarray(y)
+        if not np.issubdtype(v.dtype, np.number) or not np.all(np.isfinite(v)):
+            raise SSGPError(f"{what}: the {self.name} likelihood needs finite real numbers")
+
+    def task_metrics(self, y, mean, var) -> dict[str, float]:
+        """Scores of the predictive mean and variance (n,) on test targets y (original units)."""
+        return {}
+
+    def check_settings(self, model: dict, src: str) -> None:
+        """One SSGPError naming ``src`` and the key where the catalog's [model] table ``model``
+        gives this likelihood an impossible setting."""
+
+    def configure(self, model: dict) -> Likelihood:
+        """This likelihood with the settings it reads from the catalog's [model] table."""
+        return self
 
 
-def _laplace_log_expected(log_prob):
+# ----------------------------------------------------------------------------- target kinds
+
+
+class ContinuousLikelihood(Likelihood):
+    """y = f + σ_n ε with ε symmetric, unimodal and of finite variance: E[y | f] = f, the mode
+    at f = y; scored by RMSE, NMSE, MNLP, CRPS and coverage (Tan et al. 2016, §7)."""
+
+    target = "continuous"
+    has_scale = True
+    exact_moments = True
+
+    def noise_variance(self, scale):
+        """Var[y | f] as a function of σ_n."""
+        raise NotImplementedError
+
+    def conditional_mean(self, f):
+        return f
+
+    def conditional_variance(self, f, scale=None):
+        return jnp.zeros_like(f) + self.noise_variance(scale)
+
+    def mean(self, mu, var):
+        return mu
+
+    def variance(self, mu, var, scale=None):
+        """var + Var[y | f]; ``scale`` None: ``var`` already is y's (closed-form predictive rules)."""
+        return var if scale is None else var + self.noise_variance(scale)
+
+    def mode(self, y, scale=None):
+        return y
+
+    def task_metrics(self, y, mean, var) -> dict[str, float]:
+        from ssgp_ppl.metrics import regression_metrics
+
+        if var is None:
+            raise SSGPError(f"the {self.name} likelihood's metrics need the predictive variance")
+        return regression_metrics(y, mean, var)
+
+
+class BinaryLikelihood(Likelihood):
+    """y ∈ {0, 1} with P(y = 1 | f) = ``conditional_mean(f)`` increasing in f (so p(y | f) is
+    monotone and its maximum on an interval is at an end); scored by the error rate of
+    P(y* = 1) > 1/2 and the Brier score."""
+
+    target = "binary"
+
+    def distribution(self, f, scale=None):
+        return dist.Bernoulli(logits=self.log_prob(1.0, f) - self.log_prob(0.0, f))
+
+    def conditional_variance(self, f, scale=None):
+        p = self.conditional_mean(f)
+        return p * (1.0 - p)
+
+    def variance(self, mu, var, scale=None):
+        p = self.mean(mu, var)
+        return p * (1.0 - p)
+
+    def prob_max(self, y, scale=None):
+        return jnp.ones_like(y)
+
+    def interval_max(self, y, a, b, scale=None):
+        return jnp.exp(jnp.maximum(self.log_prob(y, a, scale), self.log_prob(y, b, scale)))
+
+    def check_target(self, y, what: str = "y") -> None:
+        v = np.asarray(y)
+        bad = ~((v == 0) | (v == 1))
+        if np.any(bad):
+            raise SSGPError(f"{what}: the {self.name} likelihood needs binary targets (0 or 1); "
+                            f"{int(np.sum(bad))} of {v.size} are not (e.g. {v[bad].flat[0]:g})")
+
+    def task_metrics(self, y, mean, var) -> dict[str, float]:
+        y, p = np.asarray(y, np.float64), np.asarray(mean, np.float64)
+        return {"error_rate": float(np.mean((p > 0.5) != (y > 0.5))),
+                "brier": float(np.mean((p - y) ** 2))}
+
+
+class CountLikelihood(Likelihood):
+    """y ∈ {0, 1, 2, ...}; scored by the mean relative error |ŷ − y| / max(1, y) (Wei et al.
+    2021, supp. "Evaluation")."""
+
+    target = "count"
+
+    def check_target(self, y, what: str = "y") -> None:
+        v = np.asarray(y)
+        bad = ~((v >= 0) & (v == np.round(v)))
+        if np.any(bad):
+            raise SSGPError(f"{what}: the {self.name} likelihood needs non-negative integer "
+                            f"counts; {int(np.sum(bad))} of {v.size} are not (e.g. "
+                            f"{v[bad].flat[0]:g})")
+
+    def task_metrics(self, y, mean, var) -> dict[str, float]:
+        y = np.asarray(y, np.float64)
+        return {"mre": float(np.mean(np.abs(np.asarray(mean, np.float64) - y)
+                                     / np.maximum(1.0, y)))}
+
+
+def _laplace_log_expected(log_prob, y, mu, var, scale, nodes):
     """log ∫ N(f | mu, var) p(y | f) df by Gauss-Hermite centred on the tilted density, for a
     log-concave p (the Poisson).
 
@@ -85,65 +301,63 @@ def _laplace_log_expected(log_prob):
     count of 1062). (A heavy-tailed p under a wide q would put mass outside the Laplace fit: Student-t
     uses its scale-mixture rule instead.)
     """
+    eps, logw = hermite(nodes)
+    sc = _per_node(scale)
 
-    def log_expected_prob(y, mu, var, scale=None, nodes=QUADRATURE_NODES):
-        eps, logw = hermite(nodes)
-        sc = scale if scale is None or jnp.ndim(scale) == 0 else jnp.asarray(scale)[..., None]
+    def dlp(f):
+        return jax.grad(lambda g: jnp.sum(log_prob(y, g, scale)))(f)
 
-        def dlp(f):
-            return jax.grad(lambda g: jnp.sum(log_prob(y, g, scale)))(f)
+    def d2lp(f):
+        return jax.grad(lambda g: jnp.sum(dlp(g)))(f)
 
-        def d2lp(f):
-            return jax.grad(lambda g: jnp.sum(dlp(g)))(f)
-
-        m0, v0 = jax.lax.stop_gradient(mu), jax.lax.stop_gradient(var)
-        f = jnp.broadcast_to(m0, jnp.broadcast_shapes(jnp.shape(y), jnp.shape(m0))).astype(m0.dtype)
-        for _ in range(30):  # damped Newton: steps of at most 3 sd of q
-            step = ((m0 - f) / v0 + dlp(f)) / (1.0 / v0 - d2lp(f))
-            f = f + jnp.clip(step, -3.0 * jnp.sqrt(v0), 3.0 * jnp.sqrt(v0))
-        centre = jax.lax.stop_gradient(f)
-        sd = jax.lax.stop_gradient(1.0 / jnp.sqrt(1.0 / v0 - d2lp(f)))
-        pts = centre[..., None] + sd[..., None] * eps
-        log_int = (norm.logpdf(pts, mu[..., None], jnp.sqrt(var)[..., None])
-                   + log_prob(y[..., None], pts, sc) - norm.logpdf(pts, centre[..., None], sd[..., None]))
-        return logsumexp(jnp.asarray(logw, pts.dtype) + log_int, axis=-1)
-
-    return log_expected_prob
+    m0, v0 = jax.lax.stop_gradient(mu), jax.lax.stop_gradient(var)
+    f = jnp.broadcast_to(m0, jnp.broadcast_shapes(jnp.shape(y), jnp.shape(m0))).astype(m0.dtype)
+    for _ in range(30):  # damped Newton: steps of at most 3 sd of q
+        step = ((m0 - f) / v0 + dlp(f)) / (1.0 / v0 - d2lp(f))
+        f = f + jnp.clip(step, -3.0 * jnp.sqrt(v0), 3.0 * jnp.sqrt(v0))
+    centre = jax.lax.stop_gradient(f)
+    sd = jax.lax.stop_gradient(1.0 / jnp.sqrt(1.0 / v0 - d2lp(f)))
+    pts = centre[..., None] + sd[..., None] * eps
+    log_int = (norm.logpdf(pts, mu[..., None], jnp.sqrt(var)[..., None])
+               + log_prob(y[..., None], pts, sc) - norm.logpdf(pts, centre[..., None], sd[..., None]))
+    return logsumexp(jnp.asarray(logw, pts.dtype) + log_int, axis=-1)
 
 
 # ----------------------------------------------------------------------------- Gaussian
 
 
-def _gauss_log_prob(y, f, scale):
-    return norm.logpdf(y, f, scale)
+class Gaussian(ContinuousLikelihood):
+    """y ~ N(f, σ_n²), the SSGP regression model (Hoang et al. 2017, eq. 3)."""
 
+    name = "gaussian"
+    description = "y ~ N(f, σ_n²): SSGP regression"
+    conjugate = True
+    exact_expected_log = True
+    exact_log_expected = True
 
-def _gauss_expected_log(y, mu, var, scale, nodes=None):
-    return norm.logpdf(y, mu, scale) - 0.5 * var / scale**2
+    def log_prob(self, y, f, scale=None):
+        return norm.logpdf(y, f, scale)
 
+    def distribution(self, f, scale=None):
+        return dist.Normal(f, scale)
 
-def _gauss_log_expected(y, mu, var, scale, nodes=None):
-    return norm.logpdf(y, mu, jnp.sqrt(var + scale**2))
+    def noise_variance(self, scale):
+        return scale**2
 
+    def expected_log_prob(self, y, mu, var, scale=None, nodes=None):
+        return norm.logpdf(y, mu, scale) - 0.5 * var / scale**2
 
-def _unimodal_interval_max(log_prob, mode):
-    def interval_max(y, a, b, scale=None):
-        pa, pb = jnp.exp(log_prob(y, a, scale)), jnp.exp(log_prob(y, b, scale))
-        fm = mode(y, scale)
-        inside = (fm >= a) & (fm <= b)
-        return jnp.where(inside, jnp.exp(log_prob(y, fm, scale)), jnp.maximum(pa, pb))
+    def log_expected_prob(self, y, mu, var, scale=None, nodes=None):
+        return norm.logpdf(y, mu, jnp.sqrt(var + scale**2))
 
-    return interval_max
+    def predictive_draws(self, mean_f, var_f, scale=None, *, key, start=0, rng=None):
+        """y ~ N(mean_f, var_f + σ_n²) in one step; from ``rng`` row by row where given."""
+        if rng is None:
+            return super().predictive_draws(mean_f, var_f, scale, key=key, start=start)
+        var = var_f if scale is None else var_f + np.asarray(scale, np.float64) ** 2
+        z = rng.standard_normal(np.shape(mean_f)[::-1]).T  # row by row: chunk-invariant
+        return mean_f + np.sqrt(var) * z
 
-
-GAUSSIAN = Likelihood(
-    "gaussian", True, "continuous", _gauss_log_prob, _gauss_expected_log, _gauss_log_expected,
-    mean=lambda mu, var: mu,
-    prob_max=lambda y, scale=None: jnp.exp(norm.logpdf(y, y, scale)),
-    interval_max=_unimodal_interval_max(_gauss_log_prob, lambda y, s: y),
-    distribution=lambda f, scale: dist.Normal(f, scale),
-    noise_variance=lambda scale: scale**2,
-)
 
 # ----------------------------------------------------------------------------- Student-t
 
@@ -151,97 +365,172 @@ STUDENT_T_DF = 4.0
 SCALE_MIXTURE_NODES = 256  # ≤ 3e-5 relative even with y far in q's tail (64: 2e-3)
 
 
-def student_t(df: float = STUDENT_T_DF) -> Likelihood:
-    """Student-t noise with ``df`` degrees of freedom and scale σ_n (Wei et al. 2021, Table 1)."""
+class StudentT(ContinuousLikelihood):
+    """Student-t noise with ``df`` degrees of freedom (the catalog's ``model.df``) and scale σ_n
+    (Wei et al. 2021, Table 1)."""
 
-    def log_prob(y, f, scale):
-        return dist.StudentT(df, f, scale).log_prob(y)
+    name = "student_t"
+    description = "y ~ t_ν(f, σ_n) with ν = model.df > 2: regression robust to outliers"
+
+    def __init__(self, df: float = STUDENT_T_DF):
+        self.df = float(df)
+
+    def __repr__(self) -> str:
+        return f"<likelihood 'student_t' (df = {self.df:g})>"
+
+    def log_prob(self, y, f, scale=None):
+        return dist.StudentT(self.df, f, scale).log_prob(y)
+
+    def distribution(self, f, scale=None):
+        return dist.StudentT(self.df, f, scale)
+
+    def noise_variance(self, scale):
+        return scale**2 * self.df / (self.df - 2)  # finite for ν > 2 (check_settings)
 
     # t_ν(y | f, σ) = ∫ N(y | f, σ²/w) Gamma(w | ν/2, ν/2) dw, so log E_q p = log E_w N(y | mu,
     # var + σ²/w): generalised Gauss-Laguerre in w (smooth in w, unlike p in f under a wide q)
-    def log_expected_prob(y, mu, var, scale, nodes=SCALE_MIXTURE_NODES):
+    def log_expected_prob(self, y, mu, var, scale=None, nodes=SCALE_MIXTURE_NODES):
+        df = self.df
         x, w = roots_genlaguerre(nodes, df / 2 - 1)
         x, w = x[w > 0], w[w > 0]  # the far nodes' weights underflow to 0: they add nothing
         w_mix, log_wts = 2.0 * x / df, np.log(w) - gammaln_np(df / 2)
-        sc = jnp.asarray(scale)[..., None] if jnp.ndim(scale) else scale
-        sd = jnp.sqrt(var[..., None] + sc**2 / w_mix)
+        sd = jnp.sqrt(var[..., None] + _per_node(scale) ** 2 / w_mix)
         return logsumexp(log_wts + norm.logpdf(y[..., None], mu[..., None], sd), axis=-1)
 
-    return Likelihood(
-        "student_t", True, "continuous", log_prob, _quadrature_expected_log(log_prob),
-        log_expected_prob, mean=lambda mu, var: mu,
-        prob_max=lambda y, scale=None: jnp.exp(log_prob(y, y, scale)),
-        interval_max=_unimodal_interval_max(log_prob, lambda y, s: y),
-        distribution=lambda f, scale: dist.StudentT(df, f, scale),
-        noise_variance=lambda scale: scale**2 * df / (df - 2),  # finite for ν > 2 (catalog)
-    )
+    def check_settings(self, model: dict, src: str) -> None:
+        if model["df"] <= 2:
+            raise SSGPError(f"{src}: model.df: the Student-t predictive needs df > 2 (finite "
+                            f"variance), got {model['df']:g}")
+
+    def configure(self, model: dict) -> Likelihood:
+        return student_t(model["df"])
+
+
+@functools.lru_cache(maxsize=64)
+def _student_t(df: float) -> StudentT:
+    return STUDENT_T if df == STUDENT_T.df else StudentT(df)
+
+
+def student_t(df: float = STUDENT_T_DF) -> StudentT:
+    """The Student-t likelihood with ``df`` degrees of freedom (one object per df)."""
+    return _student_t(float(df))
 
 
 # ----------------------------------------------------------------------------- probit
 
 
-def _probit_log_prob(y, f, scale=None):
-    return norm.logcdf((2.0 * y - 1.0) * f)
+class Probit(BinaryLikelihood):
+    """P(y = 1 | f) = Φ(f); log q(y) = log Φ((2y − 1) mu / √(1 + var)) (Wei et al. 2021, §2)."""
+
+    name = "probit"
+    description = "P(y = 1 | f) = Φ(f): binary classification"
+    exact_log_expected = True
+    exact_moments = True
+
+    def log_prob(self, y, f, scale=None):
+        return norm.logcdf((2.0 * y - 1.0) * f)
+
+    def distribution(self, f, scale=None):
+        return dist.Bernoulli(probs=norm.cdf(f))
+
+    def conditional_mean(self, f):
+        return norm.cdf(f)
+
+    def log_expected_prob(self, y, mu, var, scale=None, nodes=None):
+        return norm.logcdf((2.0 * y - 1.0) * mu / jnp.sqrt(1.0 + var))
+
+    def mean(self, mu, var):
+        return norm.cdf(mu / jnp.sqrt(1.0 + var))
 
 
-def _probit_log_expected(y, mu, var, scale=None, nodes=None):
-    return norm.logcdf((2.0 * y - 1.0) * mu / jnp.sqrt(1.0 + var))
+# ----------------------------------------------------------------------------- logit
 
 
-def _probit_interval_max(y, a, b, scale=None):  # monotone in f: the maximum is at an endpoint
-    return jnp.exp(jnp.maximum(_probit_log_prob(y, a), _probit_log_prob(y, b)))
+class Logit(BinaryLikelihood):
+    """P(y = 1 | f) = σ(f) = 1 / (1 + e^{−f}) (Bernoulli-logit): no closed form under a Gaussian
+    q(f), so E_q[σ(f)] and log E_q[p(y | f)] are Gauss-Hermite sums (exact for the probit's Φ)."""
 
+    name = "logit"
+    description = "P(y = 1 | f) = 1 / (1 + e^(−f)): binary classification, logistic link"
 
-PROBIT = Likelihood(
-    "probit", False, "binary", _probit_log_prob, _quadrature_expected_log(_probit_log_prob),
-    _probit_log_expected,
-    mean=lambda mu, var: norm.cdf(mu / jnp.sqrt(1.0 + var)),
-    prob_max=lambda y, scale=None: jnp.ones_like(y),
-    interval_max=_probit_interval_max,
-    distribution=lambda f, scale=None: dist.Bernoulli(probs=norm.cdf(f)),
-)
+    def log_prob(self, y, f, scale=None):
+        return jax.nn.log_sigmoid((2.0 * y - 1.0) * f)
+
+    def distribution(self, f, scale=None):
+        return dist.Bernoulli(logits=f)
+
+    def conditional_mean(self, f):
+        return jax.nn.sigmoid(f)
+
 
 # ----------------------------------------------------------------------------- Poisson
 
 
-def _poisson_log_prob(y, f, scale=None):
-    return y * f - jnp.exp(f) - gammaln(y + 1.0)
+class Poisson(CountLikelihood):
+    """y ~ Poisson(e^f); E_q[log p] = y mu − e^{mu + var/2} − log y!, E_q[e^f] = e^{mu + var/2}
+    (Wei et al. 2021, Table 1, supp. "Evaluation"); log E_q[p] by Laplace-centred Gauss-Hermite."""
+
+    name = "poisson"
+    description = "y ~ Poisson(e^f): counts"
+    exact_expected_log = True
+    exact_moments = True
+
+    def log_prob(self, y, f, scale=None):
+        return y * f - jnp.exp(f) - gammaln(y + 1.0)
+
+    def distribution(self, f, scale=None):
+        return dist.Poisson(jnp.exp(f))
+
+    def conditional_mean(self, f):
+        return jnp.exp(f)
+
+    def conditional_variance(self, f, scale=None):
+        return jnp.exp(f)
+
+    def expected_log_prob(self, y, mu, var, scale=None, nodes=None):
+        return y * mu - jnp.exp(mu + 0.5 * var) - gammaln(y + 1.0)
+
+    def log_expected_prob(self, y, mu, var, scale=None, nodes=QUADRATURE_NODES):
+        return _laplace_log_expected(self.log_prob, y, mu, var, scale, nodes)
+
+    def mean(self, mu, var):
+        return jnp.exp(mu + 0.5 * var)
+
+    def variance(self, mu, var, scale=None):
+        """E rate + Var rate = e^{mu + var/2} + e^{2mu + 2var} − e^{2mu + var}."""
+        return jnp.exp(mu + 0.5 * var) + jnp.exp(2.0 * mu + 2.0 * var) - jnp.exp(2.0 * mu + var)
+
+    def mode(self, y, scale=None):  # e^f = y (f → −∞ for y = 0, where p → 1)
+        return jnp.log(jnp.maximum(y, 1e-30))
 
 
-def _poisson_expected_log(y, mu, var, scale=None, nodes=None):
-    return y * mu - jnp.exp(mu + 0.5 * var) - gammaln(y + 1.0)
+# ----------------------------------------------------------------------------- the registry
+
+GAUSSIAN = Gaussian()
+STUDENT_T = StudentT()
+PROBIT = Probit()
+LOGIT = Logit()
+POISSON = Poisson()
+
+LIKELIHOODS: Registry[Likelihood] = Registry(
+    "likelihood", Likelihood, (GAUSSIAN, STUDENT_T, PROBIT, LOGIT, POISSON))
 
 
-def _poisson_mode(y, scale=None):  # argmax_f: e^f = y (f → −∞ for y = 0, where p → 1)
-    return jnp.log(jnp.maximum(y, 1e-30))
-
-
-def _poisson_prob_max(y, scale=None):
-    return jnp.exp(_poisson_log_prob(y, _poisson_mode(y)))
-
-
-POISSON = Likelihood(
-    "poisson", False, "count", _poisson_log_prob, _poisson_expected_log,
-    _laplace_log_expected(_poisson_log_prob),
-    mean=lambda mu, var: jnp.exp(mu + 0.5 * var),
-    prob_max=_poisson_prob_max,
-    interval_max=_unimodal_interval_max(_poisson_log_prob, _poisson_mode),
-    distribution=lambda f, scale=None: dist.Poisson(jnp.exp(f)),
-)
+def register(likelihood: Likelihood) -> Likelihood:
+    """Add ``likelihood`` to the registry (one defined outside this package: the catalog then
+    accepts its name in ``model.likelihood``). An installed package can instead declare it under
+    the entry-point group ``ssgp_ppl.likelihoods`` (:mod:`ssgp_ppl.plugins`)."""
+    if likelihood.target not in TARGETS:
+        raise SSGPError(f"likelihood {likelihood.name!r}: target must be one of "
+                        f"{', '.join(TARGETS)}, got {likelihood.target!r}")
+    return LIKELIHOODS.register(likelihood)
 
 
 def get(name: str, df: float = STUDENT_T_DF) -> Likelihood:
-    """The likelihood called ``name`` (one of :data:`LIKELIHOODS`)."""
-    if name == "gaussian":
-        return GAUSSIAN
-    if name == "student_t":
-        return student_t(df)
-    if name == "probit":
-        return PROBIT
-    if name == "poisson":
-        return POISSON
-    raise SSGPError(f"unknown likelihood {name!r}; known: {', '.join(LIKELIHOODS)}")
+    """The likelihood registered as ``name``, configured with ``df`` (Student-t)."""
+    return LIKELIHOODS.get(name).configure({"df": df})
 
 
-__all__ = ["GAUSSIAN", "LIKELIHOODS", "POISSON", "PROBIT", "Likelihood", "get", "hermite",
+__all__ = ["LIKELIHOODS", "QUADRATURE_NODES", "TARGETS", "BinaryLikelihood",
+           "ContinuousLikelihood", "CountLikelihood", "Likelihood", "get", "hermite", "register",
            "student_t"]

@@ -207,18 +207,21 @@ def mixture_moments(means, variances) -> tuple[np.ndarray, np.ndarray]:
     return m, v
 
 
-def likelihood_metrics(lik, y, mean, mean_f, var_f, noise=None, *, y_model=None,
+def likelihood_metrics(lik, y, mean, mean_f, var_f, noise=None, *, var=None, y_model=None,
                        y_scale: float = 1.0) -> dict[str, float]:
     """Scores of the predictive mixture q(y*) = (1/S) Σ_s ∫ p(y* | f) N(f | mean_f[s], var_f[s]) df.
 
-    * ``nll``: mean test −log q(y*), exact for every likelihood (Wei et al. 2021, supp. "Evaluation":
-      closed form for the Gaussian and probit, Gauss-Hermite quadrature for the Poisson and
-      Student-t), in original units (+ log ``y_scale`` for a standardised continuous target);
-    * probit: ``error_rate`` of the prediction P(y* = 1) > 1/2 (``mean``);
-    * Poisson: ``mre``, the mean of |ŷ − y| / max(1, y), ŷ = E[y*] (``mean``; Wei et al. 2021, supp.).
+    * the likelihood's task metrics of the predictive ``mean`` and ``var`` (n,)
+      (:meth:`~ssgp_ppl.likelihoods.Likelihood.task_metrics`: RMSE, NMSE, MNLP, CRPS and
+      coverage for a continuous target, error rate and Brier score for a binary one, ``mre`` =
+      mean |ŷ − y| / max(1, y) for counts, Wei et al. 2021, supp. "Evaluation"); none where
+      ``mean`` is None;
+    * ``nll``: mean test −log q(y*) by the likelihood's ``log_expected_prob`` (Wei et al. 2021,
+      supp. "Evaluation"), in original units (+ log ``y_scale`` for a standardised continuous
+      target).
 
-    y, mean: (n,) original units; mean_f, var_f: (S, n) in the model's units; ``y_model``: the
-    targets in the model's units (default y); noise: (S,) likelihood scales or None.
+    y, mean, var: (n,) original units; mean_f, var_f: (S, n) in the model's units; ``y_model``:
+    the targets in the model's units (default y); noise: (S,) likelihood scales or None.
     """
     import jax.numpy as jnp
     from jax.scipy.special import logsumexp
@@ -231,9 +234,5 @@ def likelihood_metrics(lik, y, mean, mean_f, var_f, noise=None, *, y_model=None,
     scale = jnp.ones(()) if noise is None else jnp.asarray(np.asarray(noise, np.float64))[:, None]
     log_q = logsumexp(lik.log_expected_prob(jnp.asarray(ym), jnp.asarray(mf), jnp.asarray(vf),
                                             scale), axis=0) - np.log(mf.shape[0])
-    out = {"nll": float(-np.mean(np.asarray(log_q, np.float64)) + np.log(y_scale))}
-    if lik.name == "probit":
-        out["error_rate"] = float(np.mean((np.asarray(mean) > 0.5) != (y > 0.5)))
-    if lik.name == "poisson":
-        out["mre"] = float(np.mean(np.abs(np.asarray(mean) - y) / np.maximum(1.0, y)))
-    return out
+    nll = float(-np.mean(np.asarray(log_q, np.float64)) + np.log(y_scale))
+    return ({} if mean is None else lik.task_metrics(y, mean, var)) | {"nll": nll}

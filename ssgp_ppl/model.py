@@ -79,7 +79,7 @@ class SSGPSpec:
     parameterization: str = "free"  # free | scaled
     frequencies: str = "prior"  # prior | learned (free parameterisation only)
     nuisance: str = "sampled"  # sampled | marginalized
-    likelihood: str = "gaussian"  # gaussian | student_t | probit | poisson (ssgp_ppl.likelihoods)
+    likelihood: str = "gaussian"  # a name in ssgp_ppl.likelihoods.LIKELIHOODS
     df: float = 4.0  # Student-t degrees of freedom
     noise: Hyper = field(default_factory=lambda: Hyper("learned", 0.3))
     signal: Hyper = field(default_factory=lambda: Hyper("learned", 1.0))
@@ -236,8 +236,9 @@ def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mas
     freq = frequencies_of(spec, d)
     phi = spectral.features(x, freq)  # (b, 2m)
     if spec.nuisance == "marginalized":
-        if lik.name != "gaussian":
-            raise SSGPError(f"s can be integrated out only under the Gaussian likelihood, not {lik.name}")
+        if not lik.conjugate:
+            raise SSGPError(f"s can be integrated out only under a conjugate (Gaussian) likelihood, "
+                            f"not {lik.name}")
         if (n_total is not None and n_total != b) or obs_mask is not None or obs_scale is not None:
             raise SSGPError("the marginalized-nuisance likelihood does not factorise: no minibatches")
         numpyro.sample("y", SSGPMarginal(phi, signal, noise), obs=y)

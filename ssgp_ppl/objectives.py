@@ -23,8 +23,9 @@ Otherwise s is drawn too (vᵢ = 0). The remaining expectation over θ is Monte 
 ``particles`` draws (for log-loss DLM: −log of the average over particles, biased like bMC).
 
 **Log-expectation terms for non-conjugate likelihoods** (``gradient``; Wei et al. 2021, §3-4, supp. §1):
-``exact`` (closed form: Gaussian, probit), ``quadrature`` (the likelihood's rule with ``samples``
-nodes: Laplace-centred Gauss-Hermite for the Poisson, scale-mixture Gauss-Laguerre for Student-t),
+``exact`` (the likelihood's closed form, where it declares one: ``exact_log_expected``),
+``quadrature`` (the likelihood's rule with ``samples`` nodes: Laplace-centred Gauss-Hermite for the
+Poisson, scale-mixture Gauss-Laguerre for Student-t),
 ``bmc`` (−log of the mean of ``samples`` draws fᵢ ~ q(fᵢ | rest), reparameterised; biased),
 ``ups`` (unbiased product sampling: the gradient is the mean over ``samples`` draws from
 q̃(f) ∝ q(f) p(y | f) of ∇ log q(f), drawn by the supplement's rejection sampler).
@@ -203,7 +204,7 @@ def ups_log_expected(key, lik: Likelihood, y, mu, var, scale, samples: int):
 def log_expected(key, lik: Likelihood, y, mu, var, scale, gradient: str, samples: int):
     """log E_{N(f | mu, var)} p(y | f) by the chosen estimator (see the module docstring)."""
     if gradient == "exact":
-        if lik.name not in ("gaussian", "probit"):
+        if not lik.exact_log_expected:
             raise SSGPError(f"gradient 'exact': log E_q p(y | f) has no closed form under the "
                             f"{lik.name} likelihood (use quadrature, bmc or ups)")
         return lik.log_expected_prob(y, mu, var, scale)

@@ -88,7 +88,7 @@ def dispersed_starts(entry, data, count: int, *, seed: int = 0,
     out = [(entry, inputs)]
     if count < 2:
         return out
-    if entry.config["model"]["likelihood"] != "gaussian":
+    if not entry.lik.conjugate:
         raise SSGPError(f"{entry.name}: multi-path fits need the Gaussian likelihood (their "
                         "starts and weights use its closed-form marginal and LOO predictive)")
     starts = screened_starts(entry, data, count - 1, seed=seed, type2=inputs.type2)

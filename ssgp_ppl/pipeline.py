@@ -73,6 +73,8 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
     if steps is not None and steps < 1:
         raise SSGPError(f"--steps must be >= 1, got {steps}")
     check_test_inputs(data.x_train, data.x_test)
+    entry.lik.check_target(data.y_train, f"{data.name}: training targets")
+    entry.lik.check_target(data.y_test, f"{data.name}: test targets")
     check_scaled_range(data.x_test, "test inputs", data.feature_names)
     if m.name not in entry.methods:
         m.check(entry, entry.path.name)
@@ -107,7 +109,7 @@ def check_precision(post: Posterior, data: Dataset) -> Posterior:
     regression with frequencies per draw; the jitter is checked where the fit factors A (s
     integrated out, or the marginal predictive)."""
     sites = post.flat_sites
-    if post.entry.lik.name != "gaussian" or "frequencies" not in sites:
+    if not post.entry.lik.conjugate or "frequencies" not in sites:
         return post
     count = len(sites["frequencies"])
     spec = None
@@ -202,11 +204,8 @@ def _scores(post, pred, data, lik, flat) -> dict:
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
     if post.rule.closed_form:  # NCVMP's and the local fits' one Gaussian per point
         return regression_metrics(y_test, pred.mean, pred.var)
-    metrics = likelihood_metrics(lik, y_test, pred.mean, pred.mean_f, pred.var_f,
-                                 flat.get("noise"), y_model=data.y_test, y_scale=pred.y_scale)
-    if lik.target == "continuous":
-        metrics = regression_metrics(y_test, pred.mean, pred.var) | metrics
-    return metrics
+    return likelihood_metrics(lik, y_test, pred.mean, pred.mean_f, pred.var_f, flat.get("noise"),
+                              var=pred.var, y_model=data.y_test, y_scale=pred.y_scale)
 
 
 def _pit(pred, data) -> np.ndarray:

@@ -10,8 +10,8 @@ Per posterior draw of the sites, f* has Gaussian moments under one of three rule
 
 Two closed forms hold one Gaussian per test point: NCVMP's (Tan et al. 2016, §5) and the
 adaptive-neighbourhood fits (Tan et al. 2016, §6). :func:`y_moments` turns the per-draw f*
-moments into the moments of y* under the entry's likelihood (the moment-matched mixture for the
-Gaussian, P(y* = 1) for the probit, E[y*] for the Poisson).
+moments into the moments of y* under the entry's likelihood (each draw's from the likelihood's
+own predictive mean and variance, :mod:`ssgp_ppl.likelihoods`; their mixture moment-matched).
 
 A rule object (:class:`SiteRule`, :class:`NCVMPRule`, :class:`LocalFitsRule`) holds what it needs
 (draws, training rows, partitions, variational state) and computes ``moments(x)`` in the model's
@@ -39,7 +39,6 @@ from scipy.special import ndtr, ndtri
 from ssgp_ppl import ncvmp, spectral
 from ssgp_ppl.errors import SSGPError, one_line
 from ssgp_ppl.linalg import cholesky
-from ssgp_ppl.metrics import mixture_moments
 from ssgp_ppl.neighbourhoods import LocalResult, local_predict
 from ssgp_ppl.partitions import Partitions
 
@@ -272,25 +271,26 @@ def predict_draws(rule: str, sites: dict, x_train, y_train, x_test, local: Local
 def y_moments(lik, mean_f, var_f, noise=None):
     """Moments of y* (n*,) in the model's units from per-draw f* moments (S, n*).
 
-    Gaussian / Student-t: the equal-weight mixture of N(mean_f[s], var_f[s] + noise variance)
-    moment-matched (law of total variance; Nguyen & Bonilla 2014, eqs. 37-38); ``noise`` None on a
-    continuous likelihood: a closed form whose var_f already is the variance of y*. Probit:
-    P(y* = 1) = mean_s Φ(μ_s/√(1 + v_s)) and its Bernoulli variance. Poisson: E[y*] =
-    mean_s exp(μ_s + v_s/2), Var y* = E rate + Var rate. Returns (mean, var, var_y) with var_y the
-    per-draw variance of y* (of f* where the likelihood is not continuous).
+    Per draw, the likelihood's predictive mean and variance of y* under N(mean_f[s], var_f[s])
+    (:meth:`~ssgp_ppl.likelihoods.Likelihood.mean`, ``variance``; in float64); over draws, the
+    equal-weight mixture moment-matched (law of total variance; Nguyen & Bonilla 2014, eqs.
+    37-38). ``noise`` (S,) the likelihood's scale per draw; None on a likelihood with a scale: a
+    closed form whose var_f already is the variance of y*. Returns (mean, var, var_y) with var_y
+    (S, n*) the per-draw variance of y*.
     """
     mf, vf = np.asarray(mean_f, np.float64), np.asarray(var_f, np.float64)
-    if lik.name == "probit":
-        p = np.mean(ndtr(mf / np.sqrt(1.0 + vf)), axis=0)
-        return p, p * (1.0 - p), vf
-    if lik.name == "poisson":
-        rate = np.exp(mf + 0.5 * vf)
-        mean = rate.mean(0)
-        return mean, mean + np.mean(np.exp(2 * mf + 2 * vf), 0) - mean**2, vf
-    var_y = vf if noise is None else \
-        vf + np.asarray(lik.noise_variance(np.asarray(noise, np.float64)[:, None]))
-    mean, var = mixture_moments(mf, var_y)
-    return mean, var, var_y
+    scale = None if noise is None else np.asarray(noise, np.float64)[:, None]
+    with jax.enable_x64(True):
+        m = np.asarray(lik.mean(jnp.asarray(mf), jnp.asarray(vf)), np.float64)
+        var_y = np.asarray(lik.variance(jnp.asarray(mf), jnp.asarray(vf),
+                                        None if scale is None else jnp.asarray(scale)), np.float64)
+    m, var_y = np.broadcast_to(m, mf.shape), np.broadcast_to(var_y, mf.shape)
+    bad = int(np.count_nonzero(~(np.isfinite(m) & np.isfinite(var_y))))
+    if bad:
+        raise SSGPError(f"the {lik.name} predictive of y* has {bad} non-finite moments (from "
+                        "non-finite f* moments or an overflow)")
+    mean = np.mean(m, axis=0)
+    return mean, np.mean(var_y, axis=0) + np.mean((m - mean) ** 2, axis=0), var_y
 
 
 class Moments(NamedTuple):
@@ -352,21 +352,10 @@ class Prediction(NamedTuple):
         return 0.5 * (lo + hi) * self.y_scale + self.y_shift
 
 
-@partial(jax.jit, static_argnums=0)
-def _sample_rows(lik, keys, mean_f, var_f, scale):
-    """y* (W, rows) from f* moments (W, rows), row i from its own key ``keys[i]``."""
-
-    def row(key, mf, vf):
-        key_f, key_y = jax.random.split(key)
-        f = mf + jnp.sqrt(vf) * jax.random.normal(key_f, mf.shape, mf.dtype)
-        return lik.distribution(f, scale).sample(key_y)
-
-    return jax.vmap(row, in_axes=(0, 1, 1), out_axes=1)(keys, mean_f, var_f)
-
-
 class _YDraws:
-    """y* draws of successive chunks of rows, the same numbers whatever the chunks: the Gaussian's
-    deviates come row by row from one stream, other likelihoods draw each row from its own key."""
+    """y* draws of successive chunks of rows by the likelihood's ``predictive_draws``, the same
+    numbers whatever the chunks: a closed form draws row by row from one NumPy stream (the
+    Gaussian), the others draw each row from its own key."""
 
     def __init__(self, lik, seed: int):
         self.lik = lik
@@ -382,16 +371,11 @@ class _YDraws:
         rows = mean_f.shape[1]
         noise = None if moments.noise is None else np.broadcast_to(
             np.asarray(moments.noise, np.float64), (mean_f.shape[0],))
-        if self.lik.name == "gaussian":  # (probit / Poisson: noise None, not a closed form)
-            var = var_f if noise is None else var_f + noise[:, None] ** 2
-            z = self.rng.standard_normal((rows, width)).T  # row by row: chunk-invariant
-            return mean_f + np.sqrt(var) * z
-        keys = jax.vmap(partial(jax.random.fold_in, self.key))(jnp.arange(start, start + rows))
         full = (width, rows)
-        scale = jnp.ones(()) if noise is None else jnp.asarray(np.broadcast_to(noise, (width,)))
-        return np.asarray(_sample_rows(self.lik, keys, jnp.asarray(np.broadcast_to(mean_f, full)),
-                                       jnp.asarray(np.broadcast_to(var_f, full)), scale),
-                          np.float64)
+        scale = None if noise is None else np.broadcast_to(noise, (width,))[:, None]
+        return self.lik.predictive_draws(np.broadcast_to(mean_f, full),
+                                         np.broadcast_to(var_f, full), scale, key=self.key,
+                                         start=start, rng=self.rng)
 
 
 def prediction(rule, lik, x_std, y_scaler, *, seed: int = 0, num: int = 1, client=None,
@@ -416,7 +400,7 @@ def prediction(rule, lik, x_std, y_scaler, *, seed: int = 0, num: int = 1, clien
         mean[cols], var[cols] = m * scale + shift, v * scale**2
         draws[:, cols] = sample(part, num, a) * scale + shift
     return Prediction(mean, var, mean_f, var_f, var_y, draws, scale, shift,
-                      lik.name == "gaussian", mom.extra)
+                      lik.conjugate, mom.extra)
 
 
 def predict_sites(sites: dict, data, rule: str, *, gamma: float = 0.0, partitions=None,

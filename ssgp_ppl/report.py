@@ -436,10 +436,10 @@ def run_comparison(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int =
 def _compare(entry, data, out, *, seed, progress, fresh_reference, gold_root, overwrite, resume,
              run_record=None) -> tuple[list[dict], dict[str, Posterior]]:
     """:func:`compare`'s records and the posteriors by method label."""
-    lik = entry.config["model"]["likelihood"]
-    if lik != "gaussian":
+    if not entry.lik.conjugate:
         raise SSGPError(f"{entry.name}: compare's calibration report (coverage, PIT, CRPS) is for "
-                        f"Gaussian-likelihood entries; this one is {lik} (use `ssgp-ppl fit`)")
+                        f"Gaussian-likelihood entries; this one is {entry.lik.name} (use "
+                        "`ssgp-ppl fit`)")
     out = Path(out)
     with rundir.hold(out):
         stage = rundir.stage(out, resume=resume, overwrite=overwrite)

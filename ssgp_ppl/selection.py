@@ -142,7 +142,7 @@ def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = N
             yhat = np.asarray(lik.mean(mean_f, var_f)).mean(0)
             scores.append(float(np.mean((yhat - y_val) ** 2)))
         else:
-            scores.append(likelihood_metrics(lik, y_val, y_val, np.asarray(mean_f),
+            scores.append(likelihood_metrics(lik, y_val, None, np.asarray(mean_f),
                                              np.asarray(var_f), noise)["nll"])
     best = int(np.nanargmin(scores))
     return BetaSelection(grid, scores, "mse" if kind == "dlm_square" else "nll", grid[best],

@@ -3,11 +3,12 @@ module knows spectral densities by name or class, guide abilities are methods (n
 lookups), and no module imports another that imports it back."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
-from ssgp_ppl import densities, methods
+from ssgp_ppl import densities, guides, likelihoods, methods
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ssgp_ppl"
 ABILITIES = {"nuisance_conditional", "conditional_and_marginal", "own_objective", "elbo",
@@ -106,6 +107,73 @@ def test_the_check_finds_a_density_switch():
            '    ok = isinstance(spec.density, densities.SpectralDensity)\n'
            '    return kind == "log_density" or spec.density.gaussian\n')
     assert len(_density_switches(ast.parse(src), src)) == 5
+
+
+# an expression that reads a likelihood's name: lik.name, mc["likelihood"], spec.likelihood
+_LIK_NAME = re.compile(r"\blik\w*\.name\b|\[\s*[\"']likelihood[\"']\s*\]|\.likelihood\b")
+
+
+def _likelihood_name_switches(tree: ast.AST, source: str) -> list[str]:
+    """Comparisons and ``match`` statements on a likelihood's name, comparisons of a likelihood
+    expression with a registered likelihood's name or built-in object (``lik is PROBIT``), and
+    tables keyed by likelihood names."""
+    names = set(likelihoods.LIKELIHOODS)
+    objects = {n.upper() for n in names}
+    found = []
+    for node in ast.walk(tree):
+        text = ast.get_source_segment(source, node) or ""
+        if isinstance(node, ast.Compare):
+            consts = []
+            for side in [node.left, *node.comparators]:
+                elts = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
+                consts += [e.value for e in elts if isinstance(e, ast.Constant)]
+                consts += [e.id if isinstance(e, ast.Name) else e.attr for e in elts
+                           if isinstance(e, ast.Name | ast.Attribute)]
+            if _LIK_NAME.search(text) or (names & set(consts) and "lik" in text) or \
+                    objects & set(consts):
+                found.append(f"line {node.lineno}: {text}")
+        elif isinstance(node, ast.Match) and _LIK_NAME.search(
+                ast.get_source_segment(source, node.subject) or ""):
+            found.append(f"line {node.lineno}: match {ast.unparse(node.subject)}")
+        elif isinstance(node, ast.Dict) and len(names & {k.value for k in node.keys
+                                                         if isinstance(k, ast.Constant)}) > 1:
+            found.append(f"line {node.lineno}: {text[:80]}")
+    return found
+
+
+def _likelihood_names_spelled(tree: ast.AST) -> list[str]:
+    """String constants that are a built-in likelihood's name (other than the catalog's default,
+    ``gaussian``, and the names other components share: the guides' ψ ``student_t``)."""
+    spelled = {"probit", "logit", "poisson", "student_t"} - set(guides.PSI)
+    return [f"line {n.lineno}: {n.value!r}" for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and n.value in spelled]
+
+
+def test_only_the_likelihood_module_switches_on_likelihood_names():
+    offenders = {}
+    for name, path, tree in _modules():
+        if name == "ssgp_ppl.likelihoods":
+            continue
+        hits = _likelihood_name_switches(tree, path.read_text()) + _likelihood_names_spelled(tree)
+        if hits:
+            offenders[name] = hits
+    assert not offenders, offenders
+
+
+def test_the_check_finds_likelihood_name_switches():
+    src = ('def f(lik, mc, spec, entry):\n'
+           '    a = lik.name == "probit"\n'
+           '    b = mc["likelihood"] not in ("gaussian", "probit")\n'
+           '    c = spec.likelihood != "gaussian"\n'
+           '    d = {"probit": 1, "poisson": 2}\n'
+           '    e = entry.lik in (PROBIT, POISSON) or lik == "gaussian"\n'
+           '    match entry.lik.name:\n'
+           '        case "logit":\n'
+           '            pass\n')
+    tree = ast.parse(src)
+    assert len(_likelihood_name_switches(tree, src)) == 7
+    assert sorted(h.split(": ")[1] for h in _likelihood_names_spelled(tree)) == [
+        "'logit'", "'poisson'", "'probit'", "'probit'", "'probit'"]
 
 
 def test_guide_abilities_are_not_looked_up_with_getattr():

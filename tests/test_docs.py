@@ -28,19 +28,21 @@ def test_readme_is_a_short_users_page():
 
 @pytest.mark.parametrize(("page", "densities"), [("README.md", ["matern32"]),
                                                  ("docs/guide/adding-a-model.md",
-                                                  ["matern32", "laplace", "matern32"])])
+                                                  ["matern32", "laplace", "matern32",
+                                                   "matern32"])])
 def test_toml_examples_are_valid_entries(page, densities, tmp_path):
-    """Each TOML block loads (after the page's own density and guide registrations, if any) and
-    uses the density the page says."""
+    """Each TOML block loads (after the page's own density, likelihood and guide registrations,
+    if any) and uses the density the page says."""
     from ssgp_ppl.densities import DENSITIES
     from ssgp_ppl.guides import GUIDES
+    from ssgp_ppl.likelihoods import LIKELIHOODS
 
     text = (ROOT / page).read_text()
     blocks = re.findall(r"```toml\n(.+?)```", text, re.S)
     registers = [b for b in re.findall(r"```python\n(.+?)```", text, re.S)
-                 if "register_density(" in b or "register_guide(" in b]
+                 if any(f"register_{k}(" in b for k in ("density", "likelihood", "guide"))]
     before = dict(DENSITIES)
-    guides_before = set(GUIDES)
+    guides_before, liks_before = set(GUIDES), set(LIKELIHOODS)
     for name, obj in before.items():  # a user density another test left registered
         if type(obj).__module__ != "ssgp_ppl.densities":
             DENSITIES.pop(name)
@@ -61,6 +63,8 @@ def test_toml_examples_are_valid_entries(page, densities, tmp_path):
             DENSITIES.register(obj)
         for name in set(GUIDES) - guides_before:
             del GUIDES[name]
+        for name in set(LIKELIHOODS) - liks_before:
+            del LIKELIHOODS[name]
 
 
 # the budget cut of the pages' examples in the tests: the code runs as written, only faster

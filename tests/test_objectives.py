@@ -52,7 +52,7 @@ def test_product_sampler_draws_from_tilted_q(name, y, mu, var, x64):
 
 
 def _exact_grad(lik, y, mu, var, scale):
-    if lik.name in ("gaussian", "probit"):
+    if lik.exact_log_expected:
         fn = lik.log_expected_prob
     else:
         def fn(y, mu, var, scale):

@@ -37,10 +37,9 @@ class MLMethod(Method):
     accepts = ("spectral_points",)
 
     def check(self, entry, src: str) -> None:
-        lik = entry.config["model"]["likelihood"]
-        if lik != "gaussian":
-            raise SSGPError(f"{src}: inference.methods: ml is Gaussian-only (the {lik} likelihood "
-                            "has no closed-form marginal likelihood)")
+        if not entry.lik.conjugate:
+            raise SSGPError(f"{src}: inference.methods: ml is Gaussian-only (the {entry.lik.name} "
+                            "likelihood has no closed-form marginal likelihood)")
 
     def objective_label(self, entry) -> str:
         return "marginal likelihood"

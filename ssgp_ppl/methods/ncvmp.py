@@ -50,9 +50,8 @@ def algorithm_settings(entry, steps: int | None = None) -> ncvmp.NCVMPSettings:
 
 def check_tan(entry, src: str, name: str) -> None:
     """Tan et al. 2016's methods need its model and the Gaussian likelihood."""
-    lik = entry.config["model"]["likelihood"]
-    if lik != "gaussian":
-        raise SSGPError(f"{src}: inference.methods: {name} is Gaussian-only (the {lik} "
+    if not entry.lik.conjugate:
+        raise SSGPError(f"{src}: inference.methods: {name} is Gaussian-only (the {entry.lik.name} "
                         "likelihood has no NCVMP updates)")
     try:
         ncvmp.tan_prior(entry.spec(1))

@@ -69,7 +69,7 @@ def target_model(entry, spec, type2, collapse: bool):
     type-II sites fixed at their estimates, f hidden, Gaussian sites non-centred."""
     learned = spec.learned_sites()
     collapsed = spec.nuisance == "marginalized" or (
-        collapse and spec.lik.name == "gaussian" and len(spec.latent_sites()) > 1)
+        collapse and spec.lik.conjugate and len(spec.latent_sites()) > 1)
     if collapsed:
         spec = dataclasses.replace(spec, nuisance="marginalized")
     model = entry.model(spec)

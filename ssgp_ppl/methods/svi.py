@@ -28,7 +28,7 @@ class SVISettings(Settings):
     objective: str = setting(str, "elbo", "elbo | beta_elbo | dlm_log | dlm_square (Wei et al. "
                              "2021)", choices=OBJECTIVES)
     beta: float = setting((int, float), 1.0, "β of the KL term (beta_elbo, dlm_*)", low=0)
-    gradient: str = setting(str, "exact", "log E_q p(y|f) in dlm_log: exact (Gaussian, probit) | "
+    gradient: str = setting(str, "exact", "log E_q p(y|f) in dlm_log: exact (closed form) | "
                             "quadrature | bmc | ups (Wei et al. 2021, §3-4)", choices=GRADIENTS)
     mc_samples: int = setting(int, 10, "draws L of bmc/ups, quadrature nodes, or the mixture's "
                               "score-function draws per component", low=1)
@@ -122,7 +122,7 @@ class SVIMethod(Method):
         if not entry.latent_sites:
             raise SSGPError(f"{src}: inference.methods: 'svi' needs latent sites; this model has "
                             "none (use 'ml')")
-        if s.paths > 1 and mc["likelihood"] != "gaussian":
+        if s.paths > 1 and not entry.lik.conjugate:
             raise SSGPError(f"{src}: inference.svi.paths: multi-path fits are weighted by the "
                             "closed-form Gaussian LOO predictive; the "
                             f"{mc['likelihood']} likelihood needs paths = 1")
@@ -146,7 +146,7 @@ class SVIMethod(Method):
             raise SSGPError(f"{src}: inference.svi.objective: '{s.objective}' needs "
                             "model.nuisance = 'sampled'")
         if s.objective == "dlm_log" and s.gradient == "exact" and \
-                mc["likelihood"] not in ("gaussian", "probit"):
+                not entry.lik.exact_log_expected:
             raise SSGPError(f"{src}: inference.svi.gradient: 'exact' has no closed form under the "
                             f"{mc['likelihood']} likelihood; use quadrature, bmc or ups")
 
