@@ -173,34 +173,39 @@ def test_ssgp_svi_at_five_thousand_steps_is_still_improving(pendulum):
     res = fit(entry, pendulum, seed=0, progress=False)
     info = res.info
     assert info.converged is False and info.steps == 5000
-    assert info.improvement - 2 * info.improvement_se > info.tolerance
+    r = info.reading
+    assert r.improvement - 2 * r.improvement_se > r.tolerance
     assert stop_text(info).startswith("stopped by the step budget, objective still improving by")
 
 
 def test_a_posterior_saved_without_the_stop_reading_loads_and_says_unknown(pendulum, tmp_path):
-    """Saved posteriors whose FitInfo predates the stop rule's reading load with it None, and
-    say "unknown" where they are described."""
+    """Saved posteriors whose flat FitInfo table (format 1) has no stop rule's reading load with
+    it None, and say "unknown" where they are described."""
     import json
 
     import xarray as xr
 
     from ssgp_ppl.api import load
+    from ssgp_ppl.fitinfo import MLInfo
     from ssgp_ppl.pipeline import fit
     from ssgp_ppl.posterior import CHECKSUM, STATE_GROUP, stop_text
 
     entry = load_entry("ssgp").with_overrides(["ml.steps=1000", "m=5"])
     post = fit(entry, pendulum, seed=0, progress=False)
-    assert post.info.improvement is not None and "nats per 1,000 steps" in stop_text(post.info)
+    assert post.info.reading.improvement is not None
+    assert "nats per 1,000 steps" in stop_text(post.info)
     post.save(tmp_path / "new.nc")
     dt = xr.open_datatree(tmp_path / "new.nc", engine="h5netcdf").load()
     meta = json.loads(dt[STATE_GROUP].attrs["ssgp_ppl"])
-    for k in ("improvement", "improvement_se", "tolerance"):
-        del meta["info"][k]
+    meta["format"] = 1
+    meta["info"] = {k: v for k, v in meta["info"].items() if k not in ("reading", "method", "paths")}
     state = dt[STATE_GROUP].to_dataset()
     state.attrs["ssgp_ppl"] = json.dumps(meta)
     del state.attrs[CHECKSUM]  # such files were saved without a checksum
     dt[STATE_GROUP] = xr.DataTree(state)
     dt.to_netcdf(tmp_path / "old.nc", engine="h5netcdf")
     old = load(tmp_path / "old.nc")
-    assert old.info.improvement is None and old.info.steps == 1000
+    assert old.info.reading is None and old.info.steps == 1000
+    assert old.info.method == MLInfo() and old.info.fit_seconds == post.info.fit_seconds
     assert stop_text(old.info) == "stopped by the step budget (improvement per 1,000 steps unknown)"
+

@@ -10,6 +10,7 @@ import numpy as np
 from numpyro.infer import Trace_ELBO
 
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.fitinfo import SVIInfo
 from ssgp_ppl.guides import PSI, NumPyroAutoGuide, guide_standardises_itself, known_guides, make_guide
 from ssgp_ppl.inference import TOL_PER_POINT, Batching, Schedule, reparam_for_nuts, run_svi, run_svi_paths
 from ssgp_ppl.methods import common
@@ -183,7 +184,8 @@ class SVIMethod(Method):
         dens = common.loo_draws(entry, data.n_train) is not None  # densities for PSIS-LOO
         return common.finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
                       partitions=partitions, seed=seed, num=self.draws(entry, data.n_train),
-                      densities=dens, t0=t0, objective=s.objective, beta=s.beta)
+                      densities=dens, t0=t0,
+                      method_info=SVIInfo(objective=s.objective, beta=s.beta))
 
 
 SVI = SVIMethod()

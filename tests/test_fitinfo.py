@@ -1,0 +1,81 @@
+"""Typed fit info (ssgp_ppl.fitinfo): each method's own diagnostics in its own type, saved and
+loaded as written; a flat FitInfo table of an earlier save maps to them; a Posterior is built by
+keyword."""
+
+import dataclasses
+import json
+
+import pytest
+
+from ssgp_ppl.fitinfo import (
+    FitInfo,
+    LocalInfo,
+    MLInfo,
+    NCVMPInfo,
+    NUTSInfo,
+    PathsInfo,
+    SMCInfo,
+    StopReading,
+    SVIInfo,
+    info_from_flat,
+    info_from_json,
+    info_to_json,
+    stop_text,
+)
+from ssgp_ppl.posterior import Posterior
+
+PATHS = PathsInfo(count=2, combine="stacking", weights=(0.75, 0.25), loo=(-10.5, -12.0),
+                  objective=(3.5, 4.0), objective_kind=("loss", "loss"), pareto_k_bad=(0, 3),
+                  noise=(0.2, None), stacked_loo=-10.25)
+INFOS = [
+    FitInfo(fit_seconds=1.5, steps=300, converged=False, interrupted=False, partitions=4,
+            reading=StopReading(improvement=2.5, improvement_se=0.5, tolerance=0.1),
+            method=SVIInfo(objective="beta_elbo", beta=0.5), paths=PATHS),
+    FitInfo(steps=40, converged=True, reading=StopReading(tolerance=0.2), method=MLInfo()),
+    FitInfo(method=NUTSInfo(divergences=7), precision="noise below resolution", jitter=1e-6),
+    FitInfo(method=SMCInfo(log_evidence=(-10.0, -10.5), temperatures=(12, 13), smc_seconds=2.0,
+                           particles=64, collapsed=True, runs_rhat=1.01, divergences=0)),
+    FitInfo(steps=17, converged=True, method=NCVMPInfo(algorithm=2, bound=-123.5)),
+    FitInfo(method=LocalInfo(k=20, adapt=False)),
+]
+
+
+@pytest.mark.parametrize("info", INFOS, ids=lambda i: type(i.method).__name__)
+def test_info_round_trips_through_its_saved_form(info):
+    back = info_from_json(json.loads(json.dumps(info_to_json(info))))
+    assert back == info and type(back.method) is type(info.method)
+
+
+def test_a_flat_table_maps_each_field_to_its_type():
+    """The flat FitInfo table of a saved multi-path SVI fit: the stop reading, the objective and
+    the paths land in their own types, the common fields stay."""
+    flat = {"fit_seconds": 1.5, "steps": 300, "converged": False, "improvement": 2.5,
+            "improvement_se": 0.5, "tolerance": 0.1, "interrupted": False, "partitions": 4,
+            "objective": "beta_elbo", "beta": 0.5, "divergences": None, "bound": None,
+            "paths": 2, "combine": "stacking", "path_weights": [0.75, 0.25],
+            "path_loo": [-10.5, -12.0], "path_objective": [3.5, 4.0],
+            "path_objective_kind": ["loss", "loss"], "path_pareto_k_bad": [0, 3],
+            "path_noise": [0.2, None], "stacked_loo": -10.25}
+    assert info_from_flat(flat, "svi") == INFOS[0]
+    smc = info_from_flat({"divergences": 3, "log_evidence": [-1.0, -2.0], "temperatures": [5, 6],
+                          "particles": 32, "runs_rhat": 1.2, "bound": None}, "smc")
+    assert smc.method == SMCInfo(divergences=3, log_evidence=(-1.0, -2.0), temperatures=(5, 6),
+                                 particles=32, runs_rhat=1.2)
+    assert smc.reading is None and smc.paths is None
+    ncvmp = info_from_flat({"steps": 9, "converged": False, "algorithm": 1, "bound": -4.0}, "ncvmp")
+    assert ncvmp.method == NCVMPInfo(algorithm=1, bound=-4.0)
+    assert stop_text(ncvmp) == "stopped by the iteration budget before the bound converged"
+    assert info_from_flat({"k": 30, "adapt": True}, "local").method == LocalInfo(k=30, adapt=True)
+    assert info_from_flat({"steps": 5}, "a_plug_in").method is None
+
+
+def test_an_unknown_method_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown kind 'nope'"):
+        info_from_json({"method": {"kind": "nope"}})
+
+
+def test_a_posterior_is_built_by_keyword():
+    names = [f.name for f in dataclasses.fields(Posterior)]
+    assert names[:3] == ["entry", "method", "dataset"]
+    with pytest.raises(TypeError, match="positional"):
+        Posterior(None, "svi", "pendulum", {}, None, None, None)
