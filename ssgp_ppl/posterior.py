@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -75,6 +75,26 @@ class Handoff:
     start: dict | None = None  # starting values of the sites (a multi-path fit's dispersed start)
 
 
+@runtime_checkable
+class PredictiveRule(Protocol):
+    """What a posterior predicts with (:mod:`ssgp_ppl.predictive`: ``SiteRule``, ``NCVMPRule``,
+    ``LocalFitsRule``, ``StackedRule``): per-draw f* moments at standardised inputs, and the
+    arrays and attributes :meth:`Posterior.save` stores (``predictive.rule_from_state`` reads
+    them back)."""
+
+    @property
+    def closed_form(self) -> bool:  # one Gaussian per point, not per draw of the sites
+        ...
+
+    @property
+    def fits_at_prediction(self) -> bool:  # fits run when it predicts (the local fits)
+        ...
+
+    def moments(self, x, *, client=None, progress: bool = False) -> Moments: ...
+
+    def state(self) -> tuple[dict, dict]: ...
+
+
 @dataclass(eq=False, kw_only=True)
 class Posterior:
     """A fitted catalog entry: draws, predictive rule, scalers and method info.
@@ -90,7 +110,7 @@ class Posterior:
     method: str
     dataset: str
     sites: dict
-    rule: object  # SiteRule | NCVMPRule | LocalFitsRule | StackedRule
+    rule: PredictiveRule
     x_scaler: Scaler
     y_scaler: Scaler
     info: FitInfo = field(default_factory=FitInfo)

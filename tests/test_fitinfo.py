@@ -1,12 +1,14 @@
 """Typed fit info (ssgp_ppl.fitinfo): each method's own diagnostics in its own type, saved and
-loaded as written; a flat FitInfo table of an earlier save maps to them; a Posterior is built by
-keyword."""
+loaded as written; a flat FitInfo table of an earlier save maps to them; every predictive rule is a
+PredictiveRule; a Posterior is built by keyword."""
 
 import dataclasses
+import inspect
 import json
 
 import pytest
 
+from ssgp_ppl import predictive
 from ssgp_ppl.fitinfo import (
     FitInfo,
     LocalInfo,
@@ -22,7 +24,7 @@ from ssgp_ppl.fitinfo import (
     info_to_json,
     stop_text,
 )
-from ssgp_ppl.posterior import Posterior
+from ssgp_ppl.posterior import Posterior, PredictiveRule
 
 PATHS = PathsInfo(count=2, combine="stacking", weights=(0.75, 0.25), loo=(-10.5, -12.0),
                   objective=(3.5, 4.0), objective_kind=("loss", "loss"), pareto_k_bad=(0, 3),
@@ -72,6 +74,24 @@ def test_a_flat_table_maps_each_field_to_its_type():
 def test_an_unknown_method_kind_is_refused():
     with pytest.raises(ValueError, match="unknown kind 'nope'"):
         info_from_json({"method": {"kind": "nope"}})
+
+
+def test_every_predictive_rule_is_a_predictive_rule():
+    rules = [c for _, c in inspect.getmembers(predictive, inspect.isclass)
+             if c.__name__.endswith("Rule") and c.__module__ == predictive.__name__]
+    assert {c.__name__ for c in rules} == {"SiteRule", "NCVMPRule", "LocalFitsRule", "StackedRule"}
+    for cls in rules:  # the protocol's members, looked up statically on the class's instance
+        assert isinstance(object.__new__(cls), PredictiveRule), cls
+    stacked = predictive.StackedRule((predictive.SiteRule("degenerate", {}),), (1,))
+    assert isinstance(stacked, PredictiveRule) and stacked.closed_form is False
+
+    class NoState:
+        closed_form = fits_at_prediction = False
+
+        def moments(self, x, *, client=None, progress=False):
+            return None
+
+    assert not isinstance(NoState(), PredictiveRule)
 
 
 def test_a_posterior_is_built_by_keyword():
