@@ -1,14 +1,19 @@
 """Typed fit info (ssgp_ppl.fitinfo): each method's own diagnostics in its own type, saved and
-loaded as written; a flat FitInfo table of an earlier save maps to them; every predictive rule is a
-PredictiveRule; a Posterior is built by keyword."""
+loaded as written; a flat FitInfo table (saved format 1) maps to them; every predictive rule is a
+PredictiveRule; a Posterior is built by keyword; an archived posterior still loads and predicts
+the numbers its report archived."""
 
 import dataclasses
 import inspect
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 
-from ssgp_ppl import predictive
+import ssgp_ppl
+from ssgp_ppl import datasets, predictive
+from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.fitinfo import (
     FitInfo,
     LocalInfo,
@@ -24,7 +29,12 @@ from ssgp_ppl.fitinfo import (
     info_to_json,
     stop_text,
 )
+from ssgp_ppl.pipeline import evaluate, metrics_record
 from ssgp_ppl.posterior import Posterior, PredictiveRule
+
+ROOT = Path(__file__).resolve().parent.parent
+ARCHIVED = ROOT / "tests" / "data" / "ssgp_fixed-autompg-posterior_ml.nc"  # a copy of the
+COMPARISON = ROOT / "reports" / "ssgp_fixed-autompg" / "comparison.json"  # report's posterior_ml.nc
 
 PATHS = PathsInfo(count=2, combine="stacking", weights=(0.75, 0.25), loo=(-10.5, -12.0),
                   objective=(3.5, 4.0), objective_kind=("loss", "loss"), pareto_k_bad=(0, 3),
@@ -99,3 +109,46 @@ def test_a_posterior_is_built_by_keyword():
     assert names[:3] == ["entry", "method", "dataset"]
     with pytest.raises(TypeError, match="positional"):
         Posterior(None, "svi", "pendulum", {}, None, None, None)
+
+
+def test_an_archived_posterior_loads_and_predicts_its_reports_numbers():
+    """The report's ssgp_fixed Auto-MPG type-II posterior (format 1: one flat FitInfo table)
+    loads, and without refitting, its prediction of the report's test split scores the numbers
+    comparison.json archived; its info says how the archived fit stopped."""
+    comparison = json.loads(COMPARISON.read_text())
+    rec = next(r for r in comparison["methods"] if r["method"] == "ml")
+    post = ssgp_ppl.load(ARCHIVED)
+    assert post.model == comparison["model"] and post.dataset == comparison["dataset"]
+    assert isinstance(post.info.method, MLInfo) and post.info.steps == rec["steps"] == 2250
+    assert post.info.reading.tolerance == rec["tolerance_per_1k"]
+    assert stop_text(post.info) == rec["stop"]
+    data = datasets.load(comparison["dataset"], split=comparison["split"])
+    again = evaluate(post.replace(test=None, metrics=None, datatree=None), data,
+                     seed=comparison["seed"])
+    np.testing.assert_allclose(again.mean, post.mean, rtol=1e-6)
+    record = metrics_record(again, data)
+    for k in ("rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90", "nll"):
+        assert record[k] == pytest.approx(rec[k], rel=1e-6), k
+    for k in ("steps", "converged", "improvement_per_1k", "improvement_se", "stop"):
+        assert record[k] == rec[k], k
+
+
+def test_a_posterior_of_an_unknown_format_says_how_to_refit(tmp_path):
+    import xarray as xr
+
+    from ssgp_ppl.posterior import CHECKSUM, STATE_GROUP
+
+    with xr.open_datatree(ARCHIVED, engine="h5netcdf") as opened:
+        dt = opened.load()
+    state = dt[STATE_GROUP].to_dataset()
+    meta = json.loads(state.attrs["ssgp_ppl"])
+    meta["format"] = 99
+    state.attrs["ssgp_ppl"] = json.dumps(meta)
+    del state.attrs[CHECKSUM]
+    dt[STATE_GROUP] = xr.DataTree(state)
+    dt.to_netcdf(tmp_path / "future.nc", engine="h5netcdf")
+    with pytest.raises(SSGPError) as e:
+        ssgp_ppl.load(tmp_path / "future.nc")
+    msg = str(e.value)
+    assert "\n" not in msg and "format 99 is not one this version reads (1, 2)" in msg
+    assert "`ssgp-ppl fit ssgp_fixed --data DATA --out DIR`" in msg
