@@ -164,7 +164,7 @@ class SVIMethod(Method):
                                 s.schedule(steps), loss=loss, batching=batching,
                                 seeds=[path_seed(seed, k) for k in range(len(starts))],
                                 progress=progress,
-                                desc=f"{starts[0][0].name}:svi paths")
+                                desc=f"{starts[0][0].name}:svi")
         per_path = (time.perf_counter() - t0) / len(starts)
         return [self._finish(e, data, st, res, path_seed(seed, k), time.perf_counter() - per_path)
                 for k, ((e, _), st, res) in enumerate(zip(starts, setups, results, strict=True))]
