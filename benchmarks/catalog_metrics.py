@@ -17,6 +17,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, b
 
 from ssgp_ppl.datasets import load  # noqa: E402
 from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
+from ssgp_ppl.fitinfo import NUTSInfo, SMCInfo  # noqa: E402
 from ssgp_ppl.pipeline import fit, metrics_record  # noqa: E402
 
 
@@ -35,8 +36,11 @@ def main() -> None:
                 for method in entry.methods:
                     res = fit(entry, data, method, seed=split, progress=False)
                     rec = metrics_record(res, data) | {"split": split}
-                    rec.update({k: v for k in ("divergences", "converged")
-                                if (v := getattr(res.info, k)) is not None})
+                    own = res.info.method
+                    div = own.divergences if isinstance(own, NUTSInfo | SMCInfo) else None
+                    rec.update({k: v for k, v in (("divergences", div),
+                                                  ("converged", res.info.converged))
+                                if v is not None})
                     print(json.dumps(rec), file=sys.stderr, flush=True)
                     out.append(rec)
     print(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} cpu",

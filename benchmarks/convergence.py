@@ -24,6 +24,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, b
 from ssgp_ppl import api  # noqa: E402
 from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
 from ssgp_ppl.errors import SSGPError  # noqa: E402
+from ssgp_ppl.fitinfo import StopReading  # noqa: E402
 from ssgp_ppl.inference import PER_STEPS, TOL_PER_POINT  # noqa: E402
 from ssgp_ppl.io import write_json  # noqa: E402
 
@@ -52,8 +53,9 @@ def one(name: str, data: str, overrides: list[str]) -> dict:
     except SSGPError as e:
         return rec | {"error": str(e), "wall_seconds": time.perf_counter() - t0}
     i = post.info
-    return rec | {"steps": i.steps, "converged": i.converged, "improvement_per_1k": i.improvement,
-                  "improvement_se": i.improvement_se, "tolerance_per_1k": i.tolerance,
+    r = i.reading or StopReading()
+    return rec | {"steps": i.steps, "converged": i.converged, "improvement_per_1k": r.improvement,
+                  "improvement_se": r.improvement_se, "tolerance_per_1k": r.tolerance,
                   "nmse": post.metrics.get("nmse"), "mnlp": post.metrics.get("mnlp"),
                   "error_rate": post.metrics.get("error_rate"),
                   "fit_seconds": i.fit_seconds, "wall_seconds": time.perf_counter() - t0}

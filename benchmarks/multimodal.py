@@ -71,13 +71,13 @@ def run_one(name: str, dataset: str, *, quick: bool, sets: list[str], vi: bool =
         k: h.get(k) for k in ("converged", "reasons", "modes", "mode_weights", "log_evidence",
                               "runs_rhat", "log_density_spread", "divergences")} | {
         "rhat_max": max(h["rhat_max"].values()) if h["rhat_max"] else None,
-        "smc_seconds": post.info.smc_seconds, "particles": post.info.particles,
+        "smc_seconds": post.info.method.smc_seconds, "particles": post.info.method.particles,
         "gold": None if g is None else g.label()}
     chains = split_chains(post)
     if len(chains) > 1:  # the polishing chains as paths, stacked
         stacked = evaluate(combine(chains, data, "stacking", seconds=ref_seconds), data)
         rec["reference_chains_stacked"] = scores(stacked, ref_seconds) | {
-            "weights": list(stacked.info.path_weights)}
+            "weights": list(stacked.info.paths.weights)}
     if not vi:
         return rec
     if own.name in PATHS:
@@ -88,8 +88,8 @@ def run_one(name: str, dataset: str, *, quick: bool, sets: list[str], vi: bool =
             vi = fit(e, data, own.name, progress=False)
             rec[label] = scores(vi, time.perf_counter() - t0)
             if paths > 1:
-                rec[label].update(paths=paths, weights=list(vi.info.path_weights),
-                                  path_loo=list(vi.info.path_loo))
+                rec[label].update(paths=paths, weights=list(vi.info.paths.weights),
+                                  path_loo=list(vi.info.paths.loo))
     else:  # a method without paths (the local fits)
         t0 = time.perf_counter()
         rec["single"] = scores(fit(entry, data, own.name, progress=False), time.perf_counter() - t0)

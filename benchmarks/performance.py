@@ -82,7 +82,7 @@ def nuts(a) -> dict:
            "warmup": a.warmup, "samples": a.samples, "chain_method":
            "parallel" if jax.local_device_count() >= a.chains else "vectorized",
            "wall_seconds": wall, "nuts_seconds": res.info.fit_seconds,
-           "divergences": res.info.divergences, "quantities": {}}
+           "divergences": res.info.method.divergences, "quantities": {}}
     if steps is not None:  # leapfrog steps (gradient evaluations) per draw, post-warm-up draws
         out["leapfrog_per_draw_mean"] = float(steps.mean())
         out["leapfrog_per_draw_max"] = int(steps.max())

@@ -68,7 +68,7 @@ def _pendulum_rep(item, alg1_ms=()) -> list[dict]:
     res, secs = _va(va_entry, data, rep)
     rec = {"experiment": "pendulum", "m": m, "rep": rep, "method": "VA (Algorithm 2)",
            "nmse": res.metrics["nmse"], "mnlp": res.metrics["mnlp"],
-           "bound": res.info.bound, "iterations": res.info.steps,
+           "bound": res.info.method.bound, "iterations": res.info.steps,
            "seconds": secs}
     _log(rec)
     out.append(rec)
@@ -136,7 +136,7 @@ def autompg(args) -> dict:
                                  inputs=Handoff(spectral_points=res.handoff.spectral_points))
                 rec = {"experiment": "autompg", "noise_inputs": noise, "rep": rep,
                        "method": "NUTS", "m": 20, "nmse": r.metrics["nmse"],
-                       "mnlp": r.metrics["mnlp"], "divergences": r.info.divergences,
+                       "mnlp": r.metrics["mnlp"], "divergences": r.info.method.divergences,
                        "seconds": time.perf_counter() - t}
                 _log(rec)
                 out.append(rec)

@@ -75,7 +75,7 @@ for r in (vi, ref):
 health = reference_health(ref.datatree, ref.info)
 print("reference:", "CONVERGED" if health["converged"] else
       "NOT CONVERGED: " + "; ".join(health["reasons"]))
-print("stacking weights of the VI paths:", np.round(vi.info.path_weights, 3))
+print("stacking weights of the VI paths:", np.round(vi.info.paths.weights, 3))
 
 # %% [markdown]
 # Posterior mean and standard deviation of the noise level under each (standardised units):

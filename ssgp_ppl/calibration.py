@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import xarray as xr
 
+from ssgp_ppl.fitinfo import SMCInfo
 from ssgp_ppl.invariants import varies
 
 
@@ -306,21 +307,22 @@ def reference_health(dt: xr.DataTree, info) -> dict:
     if not out["log_density_spread"] <= LOG_DENSITY_SPREAD:
         reasons.append(f"chains' mean log density {out['log_density_spread']:.1f} nats apart "
                        f"(> {LOG_DENSITY_SPREAD:g}): {out['modes']} modes")
-    if info is not None and info.log_evidence is not None:
-        lz = list(info.log_evidence)
+    smc = info.method if info is not None and isinstance(info.method, SMCInfo) else None
+    if smc is not None and smc.log_evidence is not None:
+        lz = list(smc.log_evidence)
         out["log_evidence"] = lz
         out["log_evidence_spread"] = float(np.ptp(lz)) if len(lz) > 1 else None
-        out["runs_rhat"] = info.runs_rhat
-        out["temperatures"] = list(info.temperatures)
-        out["particles"] = info.particles
+        out["runs_rhat"] = smc.runs_rhat
+        out["temperatures"] = list(smc.temperatures)
+        out["particles"] = smc.particles
         if len(lz) < 2:
             reasons.append("one SMC run: no run-to-run check")
         else:
             if not out["log_evidence_spread"] <= LOG_EVIDENCE_SPREAD:
                 reasons.append(f"SMC runs' log evidence {out['log_evidence_spread']:.1f} nats apart "
                                f"(> {LOG_EVIDENCE_SPREAD:g})")
-            if not info.runs_rhat <= RUNS_RHAT:
-                reasons.append(f"SMC runs disagree on the invariants (R-hat {info.runs_rhat:.3g} "
+            if not smc.runs_rhat <= RUNS_RHAT:
+                reasons.append(f"SMC runs disagree on the invariants (R-hat {smc.runs_rhat:.3g} "
                                f"> {RUNS_RHAT:g})")
     out["reasons"] = reasons
     out["converged"] = not reasons

@@ -144,12 +144,13 @@ def stop_attrs(info) -> dict:
     """How the fit stopped, as root attributes (netCDF has no None: unknown values are left out):
     ``stop`` in words (:func:`ssgp_ppl.posterior.stop_text`), ``converged`` (0/1), and the stop
     rule's ``improvement_per_1k`` with its ``improvement_se`` and ``tolerance_per_1k`` (nats)."""
-    from ssgp_ppl.posterior import stop_text
+    from ssgp_ppl.fitinfo import StopReading, stop_text
 
+    reading = info.reading or StopReading()
     out = {"stop": stop_text(info), "steps": info.steps,
            "converged": None if info.converged is None else int(info.converged),
-           "improvement_per_1k": info.improvement, "improvement_se": info.improvement_se,
-           "tolerance_per_1k": info.tolerance}
+           "improvement_per_1k": reading.improvement, "improvement_se": reading.improvement_se,
+           "tolerance_per_1k": reading.tolerance}
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -320,19 +320,20 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
     at most :data:`IS_MAX_DIM` dimensions, the :func:`verdict` and the provenance."""
     import ssgp_ppl
     from ssgp_ppl.evidence import importance_log_evidence
+    from ssgp_ppl.fitinfo import FitInfo, SMCInfo
     from ssgp_ppl.invariants import count_modes
     from ssgp_ppl.io import write_json
     from ssgp_ppl.methods.smc import runs_posterior
     from ssgp_ppl.pipeline import evaluate
-    from ssgp_ppl.posterior import FitInfo
 
     t0 = time.perf_counter()
     key = target_key(entry, data, handoff)
     h = target_hash(key)
     smc_seconds = float(sum(r.seconds for r in results))
-    info = FitInfo(fit_seconds=smc_seconds, log_evidence=tuple(r.log_evidence for r in results),
-                   temperatures=tuple(r.temperatures for r in results), smc_seconds=smc_seconds,
-                   particles=settings.get("particles"), collapsed=True)
+    info = FitInfo(fit_seconds=smc_seconds, method=SMCInfo(
+        log_evidence=tuple(r.log_evidence for r in results),
+        temperatures=tuple(r.temperatures for r in results), smc_seconds=smc_seconds,
+        particles=settings.get("particles"), collapsed=True))
     pooled, lp = runs_posterior(entry, data, results, seed=seed, inputs=handoff,
                                 draws_per_run=draws, info=info)
     pooled = evaluate(pooled, data, seed=seed)

@@ -1,14 +1,16 @@
 """Runners: SVI with many steps inside one jit, NUTS with several chains, and site extraction.
 
-SVI (:func:`run_svi`) runs ``chunk`` steps per call of a jitted ``lax.scan`` (a Python loop around a
-jitted step costs ~4 ms of dispatch per step on a small CPU), updates a tqdm bar on stderr between
-chunks, keeps the whole loss trace, and stops early when the loss has stopped improving
-(:class:`_Convergence`).
+SVI is a pure kernel (:func:`svi_kernel`: ``init``, ``step``, and ``chunk``: many steps in one
+jitted ``lax.scan``, since a Python loop around a jitted step costs ~4 ms of dispatch per step on a
+small CPU) and one driver (:func:`_drive`) holding what happens between chunks: the NaN check, the
+stop rule (:class:`_Convergence`), a tqdm bar on stderr, checkpoints and Ctrl-C. :func:`run_svi`
+drives one run; :func:`run_svi_paths` drives K runs as ``jax.vmap`` of the same kernel.
 Minibatches are drawn *with* replacement by ``random.randint`` (O(batch) per step, unbiased).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -222,13 +224,68 @@ def _graceful_sigint(enabled: bool):
         yield stop
 
 
+class SVIState(NamedTuple):
+    """The SVI kernel's state (:func:`svi_kernel`): NumPyro's SVI state (optimiser state and its
+    key) and the key of the batch stream."""
+
+    svi: object  # numpyro.infer.svi.SVIState
+    key: jax.Array
+
+
+class SVIKernel(NamedTuple):
+    """A pure SVI kernel in blackjax's shape: ``init(rng_key, x, y, aux, init_params=None)`` →
+    :class:`SVIState`; ``step(state, x, y, aux)`` → (state, loss): one Adam step on the rows
+    ``draw`` takes from the batch key; ``chunk(state, x, y, aux, length, active=None)`` → (state,
+    losses (length,)): ``length`` steps in one ``lax.scan`` (with ``active`` False the state stays
+    as it is, a frozen path of a vmapped run); ``params(state)``: the constrained parameters."""
+
+    init: Callable
+    step: Callable
+    chunk: Callable
+    params: Callable
+
+
+def svi_kernel(model: Callable, guide: Callable, schedule: Schedule, *, draw: Callable, loss=None,
+               init_draw: Callable | None = None) -> SVIKernel:
+    """The :class:`SVIKernel` minimising ``loss`` (default NumPyro's Trace_ELBO) of ``model``
+    under ``guide`` with :func:`optimizer` on the rows ``draw`` takes (:func:`batch_sampler`);
+    ``init`` draws its batch with ``init_draw`` (default ``draw``)."""
+    svi = SVI(model, guide, optimizer(schedule.lr, schedule.lr_halflife),
+              Trace_ELBO() if loss is None else loss)
+    init_draw = draw if init_draw is None else init_draw
+
+    def init(rng_key, x, y, aux, init_params: dict | None = None) -> SVIState:
+        key_init, key_batch = jax.random.split(rng_key)
+        xb, yb, kw = init_draw(key_batch, x, y, aux)
+        return SVIState(svi.init(key_init, xb, yb, init_params=init_params, **kw), key_batch)
+
+    def step(state: SVIState, x, y, aux):
+        key, sub = jax.random.split(state.key)
+        xb, yb, kw = draw(sub, x, y, aux)
+        new, value = svi.update(state.svi, xb, yb, **kw)
+        return SVIState(new, key), value
+
+    def chunk(state: SVIState, x, y, aux, length: int, active=None):
+        def body(st, _):
+            new, value = step(st, x, y, aux)
+            if active is not None:  # a frozen path keeps its SVI state
+                new = new._replace(svi=jax.tree.map(lambda a, b: jnp.where(active, a, b),
+                                                    new.svi, st.svi))
+            return new, value
+
+        return jax.lax.scan(body, state, None, length=length)
+
+    return SVIKernel(init, step, chunk, lambda state: svi.get_params(state.svi))
+
+
 def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=None,
             batching: Batching | None = None, seed: int = 0, progress: bool = True,
             desc: str = "svi", callback: Callable[[int, dict], None] | None = None,
             init_params: dict | None = None, checkpoint: ckpt_io.Checkpoint | None = None,
             devices: int | None = None) -> SVIResult:
     """Minimise ``loss`` (default NumPyro's Trace_ELBO; an objective of :mod:`ssgp_ppl.objectives`)
-    of ``model`` under ``guide`` with :func:`optimizer`, ``schedule.steps`` being an upper bound.
+    of ``model`` under ``guide`` with :func:`optimizer`, ``schedule.steps`` being an upper bound:
+    :func:`svi_kernel`'s chunks driven by :func:`_drive`.
 
     Each step uses the rows of ``batching`` (:func:`batch_sampler`: full data, random rows, or
     partitions, Hoang et al. 2017, §4.1). A NaN loss stops the run with an error naming the step
@@ -246,9 +303,8 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
     accelerators when steps draw partitions or a minibatch; 1 on a single CPU process, whose host
     "devices" share the same cores (``benchmarks/performance.py devices``).
     """
-    steps, chunk = schedule.steps, schedule.chunk
-    if steps < 1:
-        raise SSGPError(f"steps must be >= 1, got {steps}")
+    if schedule.steps < 1:
+        raise SSGPError(f"steps must be >= 1, got {schedule.steps}")
     bs, partitions, per_step = batching or Batching()
     rows_drawn = partitions is not None or (bs is not None and bs < np.shape(x)[0])
     if devices is None:
@@ -257,96 +313,150 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
     mesh = sharding.row_mesh(devices)
     x, y = jnp.asarray(x), jnp.asarray(y)
     draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step, mesh)
-    svi = SVI(model, guide, optimizer(schedule.lr, schedule.lr_halflife),
-              Trace_ELBO() if loss is None else loss)
-    key_init, key_batch = jax.random.split(jax.random.PRNGKey(seed))
-    # svi.init on this process's arrays (no mesh: under jax.distributed the mesh spans processes)
+    # init on this process's arrays (no mesh: under jax.distributed the mesh spans processes)
     draw0, aux0 = (draw, aux) if mesh is None else batch_sampler(x.shape[0], bs, partitions, per_step)
-    xb, yb, kw = draw0(key_batch, x, y, aux0)
-    state = svi.init(key_init, xb, yb, init_params=init_params, **kw)
-
-    def run_chunk(state, key, x, y, aux, length):  # data are arguments, never baked-in constants
-        def body(carry, _):
-            st, k = carry
-            k, sub = jax.random.split(k)
-            xb, yb, kw = draw(sub, x, y, aux)
-            st, loss = svi.update(st, xb, yb, **kw)
-            return (st, k), loss
-
-        (state, key), losses = jax.lax.scan(body, (state, key), None, length=length)
-        return state, key, losses
-
-    # state, key and losses stay replicated on every device (each process reads its own copy)
-    run_chunk = jax.jit(run_chunk, static_argnums=5,
-                        out_shardings=None if mesh is None else sharding.replicated(mesh))
-    losses: list[np.ndarray] = []
-    conv = _Convergence(schedule, int(x.shape[0]))
-    converged, done, first_chunk, seconds_before = False, 0, (0, 0.0), 0.0
+    kernel = svi_kernel(model, guide, schedule, draw=draw, loss=loss, init_draw=draw0)
+    state = kernel.init(jax.random.PRNGKey(seed), x, y, aux0, init_params=init_params)
+    saved = None
     if checkpoint is not None and checkpoint.resume:
         saved = ckpt_io.load(checkpoint)
-        leaves, treedef = jax.tree.flatten(state)
+        leaves, treedef = jax.tree.flatten(state.svi)
         leaves = ckpt_io.restore_leaves(leaves, saved, checkpoint.path)
-        state = jax.tree.unflatten(treedef, [jnp.asarray(v) for v in leaves])
-        key_batch = jnp.asarray(saved.key)
-        done, converged, first_chunk = saved.done, saved.converged, saved.first_chunk
-        losses = [saved.losses] if saved.losses.size else []
-        conv = _Convergence(schedule, int(x.shape[0]), saved.means, saved.mids)
-        seconds_before = saved.seconds
-    if jax.process_count() > 1 and len(set(steps_resumed := sharding.gather_scalar(done))) > 1:
-        raise SSGPError(f"the processes resumed from different steps {steps_resumed}: "
-                        "resuming across processes needs the run directory on a shared file system")
-    last_saved = done
+        state = SVIState(jax.tree.unflatten(treedef, [jnp.asarray(v) for v in leaves]),
+                         jnp.asarray(saved.key))
     # data, state and key on every device of the mesh (global arrays across processes)
-    state, key_batch, x, y, aux = sharding.replicate((state, key_batch, x, y, aux), mesh)
+    state, x, y, aux = sharding.replicate((state, x, y, aux), mesh)
+    # state, key and losses stay replicated on every device (each process reads its own copy)
+    chunk = jax.jit(kernel.chunk, static_argnums=4,
+                    out_shardings=None if mesh is None else sharding.replicated(mesh))
+    return _drive(lambda st, active, length: chunk(st, x, y, aux, length), state, schedule,
+                  int(x.shape[0]), paths=0, params=lambda st, i: kernel.params(st),
+                  progress=progress, desc=desc, callback=callback, checkpoint=checkpoint,
+                  saved=saved)[0]
+
+
+def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedule, *, loss=None,
+                  batching: Batching | None = None, seeds: list[int], progress: bool = True,
+                  desc: str = "svi") -> list[SVIResult]:
+    """K runs of :func:`run_svi` as one: ``jax.vmap`` of one :func:`svi_kernel`'s chunk over the
+    paths inside one jit, driven by :func:`_drive` (one progress bar, "``desc`` ×K paths"). Path
+    k is ``pairs[k]`` = (model, guide), initialised by its own guide (its start) with the key
+    stream of ``seeds[k]``; every path then takes the same update, so the models and guides must
+    differ only in their starting values. A path that meets the stop rule is frozen (its later
+    steps are masked out), so each path's result is the one of its own run. Single process, no
+    checkpoint (use :func:`run_svi` path by path for those)."""
+    if schedule.steps < 1:
+        raise SSGPError(f"steps must be >= 1, got {schedule.steps}")
+    bs, partitions, per_step = batching or Batching()
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step)
+    kernels = [svi_kernel(model, guide, schedule, draw=draw, loss=loss) for model, guide in pairs]
+    states = [k.init(jax.random.PRNGKey(seed), x, y, aux)
+              for k, seed in zip(kernels, seeds, strict=True)]
+    kernel = kernels[0]  # its update (set up by its init) serves every path
+    state = jax.tree.map(lambda *a: jnp.stack(a), *states)
+
+    @functools.partial(jax.jit, static_argnums=5)
+    def chunk(st, active, x, y, aux, length):
+        return jax.vmap(lambda s, a: kernel.chunk(s, x, y, aux, length, a))(st, active)
+
+    return _drive(lambda st, active, length: chunk(st, jnp.asarray(active), x, y, aux, length),
+                  state, schedule, int(x.shape[0]), paths=len(pairs),
+                  params=lambda st, i: kernel.params(jax.tree.map(lambda a: a[i], st)),
+                  progress=progress, desc=desc)
+
+
+def _drive(advance: Callable, state, schedule: Schedule, rows: int, *, paths: int,
+           params: Callable, progress: bool, desc: str, callback: Callable | None = None,
+           checkpoint: ckpt_io.Checkpoint | None = None,
+           saved: ckpt_io.Saved | None = None) -> list[SVIResult]:
+    """The one loop around a kernel's jitted chunks: ``advance(state, active, length)`` → (state,
+    losses) runs ``length`` steps of one run (``paths`` = 0; losses (length,)) or of ``paths``
+    vmapped runs (losses (paths, length); ``active`` (paths,) False for a frozen path). After each
+    chunk: the NaN check, each run's stop rule (:class:`_Convergence`), one progress bar,
+    ``callback(steps_done, params)``, Ctrl-C / SIGTERM / SIGHUP (with a ``checkpoint``: stop
+    after the chunk and save) and the checkpoint's saves; ``saved`` (a run's loaded checkpoint)
+    resumes its bookkeeping. ``params(state, k)``: run k's constrained parameters. One
+    :class:`SVIResult` per run."""
+    steps, size, count = schedule.steps, schedule.chunk, max(paths, 1)
+    losses: list[list[np.ndarray]] = [[] for _ in range(count)]
+    convs = [_Convergence(schedule, rows) for _ in range(count)]
+    done, converged = np.zeros(count, int), np.zeros(count, bool)
+    first_chunk, seconds_before = (0, 0.0), 0.0
+    if saved is not None:
+        done[0], converged[0], first_chunk = saved.done, saved.converged, saved.first_chunk
+        losses[0] = [saved.losses] if saved.losses.size else []
+        convs[0] = _Convergence(schedule, rows, saved.means, saved.mids)
+        seconds_before = saved.seconds
+    if jax.process_count() > 1 and len(set(resumed := sharding.gather_scalar(int(done[0])))) > 1:
+        raise SSGPError(f"the processes resumed from different steps {resumed}: "
+                        "resuming across processes needs the run directory on a shared file system")
+    last_saved = int(done[0])
     start = time.perf_counter()
 
     def save():
         if jax.process_index() == 0:
-            ckpt_io.save(checkpoint, sharding.host(jax.tree.leaves(state)), sharding.host(key_batch),
-                         done, np.concatenate(losses) if losses else np.zeros(0), conv.means,
-                         conv.mids, converged, seconds_before + time.perf_counter() - start,
-                         first_chunk)
+            ckpt_io.save(checkpoint, sharding.host(jax.tree.leaves(state.svi)),
+                         sharding.host(state.key), int(done[0]),
+                         np.concatenate(losses[0]) if losses[0] else np.zeros(0), convs[0].means,
+                         convs[0].mids, bool(converged[0]),
+                         seconds_before + time.perf_counter() - start, first_chunk)
 
     # Ctrl-C is caught only where it can be resumed from (a checkpoint); elsewhere (compare, the
     # type-II fit before NUTS, notebooks) KeyboardInterrupt stops the caller as usual
     halt = False  # decided after each chunk, by all processes together
+    label = f"{desc} ×{paths} paths" if paths else desc
     with (_graceful_sigint(checkpoint is not None) as stop,
-          tqdm(total=steps, initial=min(done, steps), desc=desc, disable=not progress, leave=False,
-               mininterval=0.5) as bar):
-        while done < steps and not converged and not halt:
-            length = min(chunk, steps - done)
+          tqdm(total=steps, initial=min(int(done.max()), steps), desc=label, disable=not progress,
+               leave=False, mininterval=0.5) as bar):
+        while not halt and (active := ~converged & (done < steps)).any():
+            length = int(min(size, steps - done[active].min()))
             t_chunk = time.perf_counter()
-            state, key_batch, chunk_losses = run_chunk(state, key_batch, x, y, aux, length)
-            chunk_losses = sharding.host(chunk_losses)
-            if done == 0:
+            state, chunk_losses = advance(state, active, length)
+            chunk_losses = np.atleast_2d(sharding.host(chunk_losses))  # (runs, length)
+            if done[active].min() == 0:
                 first_chunk = (length, time.perf_counter() - t_chunk)
-            if not np.all(np.isfinite(chunk_losses)):
-                bad = int(np.argmin(np.isfinite(chunk_losses)))
-                finite = np.concatenate(losses + [chunk_losses[:bad]])
-                last = f"{finite[-1]:.6g}" if finite.size else "none"
-                raise SSGPError(f"loss became NaN/inf at step {done + bad + 1}; last finite loss "
-                                f"{last} (try a smaller learning rate or --x64)")
-            losses.append(chunk_losses)
-            done += length
-            converged = conv.add(chunk_losses, done)
-            bar.update(length)
-            bar.set_postfix(loss=f"{conv.means[-1]:.4g}", refresh=False)
+            for i in np.flatnonzero(active):
+                _check_finite(chunk_losses[i], losses[i], int(done[i]),
+                              f"path {i}: " if paths else "")
+                losses[i].append(chunk_losses[i])
+                done[i] += length
+                converged[i] = convs[i].add(chunk_losses[i], int(done[i]))
+            bar.update(int(done.max()) - bar.n)
+            best = min(c.means[-1] for c in convs if c.means)
+            bar.set_postfix(loss=f"{best:.4g}", refresh=False,
+                            **({"converged": f"{converged.sum()}/{paths}"} if paths else {}))
             if callback is not None:
-                callback(done, sharding.host(svi.get_params(state)))
+                callback(int(done[0]), sharding.host(params(state, 0)))
             halt = stop["requested"]
             if jax.process_count() > 1:  # one process's Ctrl-C stops them all, at this chunk
                 halt = bool(max(sharding.gather_scalar(int(halt))))
-            if checkpoint is not None and done - last_saved >= checkpoint.every:
+            if checkpoint is not None and done[0] - last_saved >= checkpoint.every:
                 save()
-                last_saved = done
+                last_saved = int(done[0])
     if checkpoint is not None:
         save()
     seconds = seconds_before + time.perf_counter() - start
-    params = jax.tree.map(jnp.asarray, sharding.host(svi.get_params(state)))
-    interrupted = halt and done < steps and not converged
-    return SVIResult(params, np.concatenate(losses) if losses else np.zeros(0), done, converged,
-                     seconds, first_chunk, interrupted,
-                     (stop["signal"] or "SIGINT") if interrupted else None, *_reading(conv))
+    out = []
+    for i in range(count):
+        interrupted = bool(halt and done[i] < steps and not converged[i])
+        out.append(SVIResult(jax.tree.map(jnp.asarray, sharding.host(params(state, i))),
+                             np.concatenate(losses[i]) if losses[i] else np.zeros(0),
+                             int(done[i]), bool(converged[i]), seconds, first_chunk, interrupted,
+                             (stop["signal"] or "SIGINT") if interrupted else None,
+                             *_reading(convs[i])))
+    return out
+
+
+def _check_finite(chunk_losses: np.ndarray, before: list[np.ndarray], done: int, where: str):
+    """An SSGPError naming the step and the last finite loss if a loss of the chunk is NaN/inf."""
+    if np.all(np.isfinite(chunk_losses)):
+        return
+    bad = int(np.argmin(np.isfinite(chunk_losses)))
+    finite = np.concatenate(before + [chunk_losses[:bad]])
+    last = f"{finite[-1]:.6g}" if finite.size else "none"
+    raise SSGPError(f"{where}loss became NaN/inf at step {done + bad + 1}; last finite loss "
+                    f"{last} (try a smaller learning rate or --x64)")
 
 
 def _reading(conv: _Convergence) -> tuple:
@@ -355,85 +465,6 @@ def _reading(conv: _Convergence) -> tuple:
     if trend is None:
         return None, None, conv.tolerance
     return trend.improvement, trend.se, conv.tolerance
-
-
-def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedule, *, loss=None,
-                  batching: Batching | None = None, seeds: list[int], progress: bool = True,
-                  desc: str = "svi paths") -> list[SVIResult]:
-    """K runs of :func:`run_svi` vectorised in one jit (``vmap`` over the paths inside each
-    chunk's ``scan``): path k is ``pairs[k]`` = (model, guide), initialised by its own guide (its
-    start) with the key stream of ``seeds[k]``; every path then takes the same update, so the
-    models and guides must differ only in their starting values. A path that meets the stop rule
-    is frozen (its later steps are masked out), so each path's result is the one of its own run.
-    Single process, no checkpoint (use :func:`run_svi` path by path for those)."""
-    steps, chunk = schedule.steps, schedule.chunk
-    if steps < 1:
-        raise SSGPError(f"steps must be >= 1, got {steps}")
-    bs, partitions, per_step = batching or Batching()
-    x, y = jnp.asarray(x), jnp.asarray(y)
-    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step)
-    opt = optimizer(schedule.lr, schedule.lr_halflife)
-    loss = Trace_ELBO() if loss is None else loss
-    states, keys, svis = [], [], []
-    for (model, guide), seed in zip(pairs, seeds, strict=True):
-        key_init, key_batch = jax.random.split(jax.random.PRNGKey(seed))
-        xb, yb, kw = draw(key_batch, x, y, aux)
-        svis.append(SVI(model, guide, opt, loss))
-        states.append(svis[-1].init(key_init, xb, yb, **kw))
-        keys.append(key_batch)
-    svi = svis[0]  # its update (set up by its init) serves every path
-    state = jax.tree.map(lambda *a: jnp.stack(a), *states)
-    key = jnp.stack(keys)
-
-    def one(st, k, active, x, y, aux, length):
-        def body(carry, _):
-            st, k = carry
-            k, sub = jax.random.split(k)
-            xb, yb, kw = draw(sub, x, y, aux)
-            new, value = svi.update(st, xb, yb, **kw)
-            return (jax.tree.map(lambda a, b: jnp.where(active, a, b), new, st), k), value
-
-        (st, k), losses = jax.lax.scan(body, (st, k), None, length=length)
-        return st, k, losses
-
-    @jax.jit
-    def run_chunk(st, k, active, x, y, aux, length_marker):
-        length = length_marker.shape[0]
-        return jax.vmap(lambda s_, k_, a_: one(s_, k_, a_, x, y, aux, length))(st, k, active)
-
-    n = len(pairs)
-    losses: list[list[np.ndarray]] = [[] for _ in range(n)]
-    convs = [_Convergence(schedule, int(x.shape[0])) for _ in range(n)]
-    done, converged = np.zeros(n, int), np.zeros(n, bool)
-    first_chunk = (0, 0.0)
-    start = time.perf_counter()
-    with tqdm(total=steps, desc=desc, disable=not progress, leave=False, mininterval=0.5) as bar:
-        while np.any(~converged & (done < steps)):
-            active = ~converged & (done < steps)
-            length = int(min(chunk, steps - done[active].min()))
-            t_chunk = time.perf_counter()
-            state, key, chunk_losses = run_chunk(state, key, jnp.asarray(active), x, y, aux,
-                                                 jnp.zeros(length))
-            chunk_losses = np.asarray(chunk_losses)
-            if first_chunk == (0, 0.0):
-                first_chunk = (length, time.perf_counter() - t_chunk)
-            for i in np.flatnonzero(active):
-                if not np.all(np.isfinite(chunk_losses[i])):
-                    bad = int(np.argmin(np.isfinite(chunk_losses[i])))
-                    raise SSGPError(f"path {i}: loss became NaN/inf at step {done[i] + bad + 1} "
-                                    "(try a smaller learning rate or --x64)")
-                losses[i].append(chunk_losses[i])
-                done[i] += length
-                converged[i] = convs[i].add(chunk_losses[i], int(done[i]))
-            bar.update(int(done.min()) - bar.n)
-    seconds = time.perf_counter() - start
-    out = []
-    for i in range(n):
-        params = svi.get_params(jax.tree.map(lambda a, i=i: a[i], state))
-        out.append(SVIResult(jax.tree.map(jnp.asarray, params), np.concatenate(losses[i]),
-                             int(done[i]), bool(converged[i]), seconds, first_chunk,
-                             False, None, *_reading(convs[i])))
-    return out
 
 
 def guide_draws(guide: Callable, params: dict, x, y, *, num_samples: int, seed: int = 1, **kw):

@@ -15,10 +15,10 @@ candidate spectral sets, each to convergence — and are combined (Yao, Vehtari 
 
 The combined Posterior is the weighted mixture of the paths' draws: path k contributes a number
 of draws proportional to its weight (its draws cycled where it needs more than it has), so every
-downstream quantity (predict, scores, DataTree, invariants) is the mixture's. Its FitInfo carries
-the weights, each path's LOO score, its rows with an unreliable k̂, its final objective (a chain:
-minus its mean log density) and mean noise sd; the DataTree's posterior has a ``path``
-coordinate along ``draw``.
+downstream quantity (predict, scores, DataTree, invariants) is the mixture's. Its
+``info.paths`` (:class:`~ssgp_ppl.fitinfo.PathsInfo`) carries the weights, each path's LOO score,
+its rows with an unreliable k̂, its final objective (a chain: minus its mean log density) and
+mean noise sd; the DataTree's posterior has a ``path`` coordinate along ``draw``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from scipy.special import logsumexp
 from ssgp_ppl.calibration import psislw
 from ssgp_ppl.datatree import by_chain
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.fitinfo import PathsInfo
 from ssgp_ppl.posterior import Handoff, Posterior
 from ssgp_ppl.predictive import SiteRule, StackedRule, loo_predictive
 from ssgp_ppl.stacking import COMBINE, stacking_weights
@@ -236,22 +237,24 @@ def combine(paths: list[Posterior], data, how: str, *, seconds: float | None = N
     score = float(logsumexp(loo + np.log(np.maximum(w, 1e-300)), axis=1).sum())
     conv = [p.info.converged for p in paths if p.info.converged is not None]
     # the stop rule's reading of the path furthest from converged (largest upper bound)
-    read = [p.info for p in paths if p.info.improvement is not None]
-    worst = max(read, key=lambda i: i.improvement + 2 * (i.improvement_se or 0.0), default=first.info)
+    read = [p.info.reading for p in paths
+            if p.info.reading is not None and p.info.reading.improvement is not None]
+    worst = max(read, key=lambda r: r.improvement + 2 * (r.improvement_se or 0.0),
+                default=first.info.reading)
     info = dataclasses.replace(
-        first.info, converged=all(conv) if conv else None, improvement=worst.improvement,
-        improvement_se=worst.improvement_se, tolerance=worst.tolerance,
+        first.info, converged=all(conv) if conv else None, reading=worst,
         fit_seconds=sum(p.info.fit_seconds for p in paths) if seconds is None else seconds,
         loo_seconds=sum(p.info.loo_seconds for p in paths),
-        paths=len(paths), combine=how, path_weights=tuple(float(v) for v in w),
-        path_loo=tuple(float(v) for v in loo.sum(axis=0)),
-        path_objective=tuple(float(v) for v, _ in objectives),
-        path_objective_kind=tuple(kind for _, kind in objectives),
-        path_pareto_k_bad=tuple(int(np.sum(sc.pareto_k > good_k(s))) for sc, s in
-                                zip(scored, draws, strict=True)),
-        path_noise=tuple(float(np.mean(p.flat_sites["noise"])) if "noise" in p.flat_sites
-                         else None for p in paths),
-        stacked_loo=score)
+        paths=PathsInfo(
+            count=len(paths), combine=how, weights=tuple(float(v) for v in w),
+            loo=tuple(float(v) for v in loo.sum(axis=0)),
+            objective=tuple(float(v) for v, _ in objectives),
+            objective_kind=tuple(kind for _, kind in objectives),
+            pareto_k_bad=tuple(int(np.sum(sc.pareto_k > good_k(s))) for sc, s in
+                               zip(scored, draws, strict=True)),
+            noise=tuple(float(np.mean(p.flat_sites["noise"])) if "noise" in p.flat_sites
+                        else None for p in paths),
+            stacked_loo=score))
     if all(isinstance(p.rule, SiteRule) for p in paths):  # one rule over the mixture's draws
         rule_sites = {k: np.concatenate([np.asarray(p.rule.sites[k])[i] for p, i in
                                          zip(paths, idx, strict=True)]) for k in first.rule.sites}
@@ -259,8 +262,9 @@ def combine(paths: list[Posterior], data, how: str, *, seconds: float | None = N
                                                       rule_sites.items()})
     else:  # closed-form predictives (NCVMP): their mixture
         rule = StackedRule(tuple(p.rule for p in paths), tuple(int(c) for c in counts))
-    return Posterior(first.entry, first.method, first.dataset, by_chain(sites, 1), rule,
-                     first.x_scaler, first.y_scaler, info, losses=first.losses,
+    return Posterior(entry=first.entry, method=first.method, dataset=first.dataset,
+                     sites=by_chain(sites, 1), rule=rule, x_scaler=first.x_scaler,
+                     y_scaler=first.y_scaler, info=info, losses=first.losses,
                      y_centre=first.y_centre, handoff=first.handoff, path_of_draw=path_of_draw,
                      params=None)
 

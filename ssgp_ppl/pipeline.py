@@ -25,9 +25,10 @@ from ssgp_ppl.checkpoint import Checkpoint, run_fingerprint
 from ssgp_ppl.datasets import Dataset, check_scaled_range
 from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import PrecisionWarning, SSGPError, check_seed
+from ssgp_ppl.fitinfo import StopReading, SVIInfo, stop_text
 from ssgp_ppl.linalg import check_finite, resolution
 from ssgp_ppl.metrics import likelihood_metrics, regression_metrics
-from ssgp_ppl.posterior import Handoff, Posterior, stop_text
+from ssgp_ppl.posterior import Handoff, Posterior
 from ssgp_ppl.predictive import check_test_inputs
 
 
@@ -175,7 +176,7 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
     if post.path_of_draw is not None and "posterior" in dt.children:  # a multi-path mixture
         ds = dt["posterior"].to_dataset().assign_coords(
             path=("draw", np.asarray(post.path_of_draw)))
-        ds.attrs.update(combine=post.info.combine, path_weights=list(post.info.path_weights))
+        ds.attrs.update(combine=post.info.paths.combine, path_weights=list(post.info.paths.weights))
         dt["posterior"] = xr.DataTree(ds)
     vi = is_vi(dt)
     if vi and "log_likelihood" in dt.children:  # what makes arviz_stats.loo treat q's draws right
@@ -220,9 +221,11 @@ def _pit(pred, data) -> np.ndarray:
 def metrics_record(post: Posterior, data: Dataset) -> dict:
     """The ``metrics.json`` record of the CLI's ``fit`` command."""
     info = post.info
-    optional = {"objective": info.objective, "beta": info.beta, "steps": info.steps,
-                "converged": info.converged, "improvement_per_1k": info.improvement,
-                "improvement_se": info.improvement_se, "tolerance_per_1k": info.tolerance,
+    svi = info.method if isinstance(info.method, SVIInfo) else SVIInfo()
+    reading = info.reading or StopReading()
+    optional = {"objective": svi.objective, "beta": svi.beta, "steps": info.steps,
+                "converged": info.converged, "improvement_per_1k": reading.improvement,
+                "improvement_se": reading.improvement_se, "tolerance_per_1k": reading.tolerance,
                 "stop": stop_text(info), "interrupted": info.interrupted,
                 "precision": info.precision}
     if info.precision is not None:  # what the warning is about, in numbers

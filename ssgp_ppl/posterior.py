@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -26,6 +26,13 @@ import xarray as xr
 
 from ssgp_ppl.datasets import Scaler, check_finite, check_scaled_range, real_array
 from ssgp_ppl.errors import SSGPError, check_seed, one_line
+from ssgp_ppl.fitinfo import (  # noqa: F401  (FitInfo and stop_text are this module's too)
+    FitInfo,
+    info_from_flat,
+    info_from_json,
+    info_to_json,
+    stop_text,
+)
 from ssgp_ppl.partitions import Partitions
 from ssgp_ppl.predictive import (
     STATE_ARRAYS,
@@ -41,7 +48,9 @@ from ssgp_ppl.tables import TableEncoding, frame
 if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.entry import CatalogEntry
 
-SAVE_FORMAT = 2  # 2: a guide's settings in [inference.svi.<guide>] of the saved entry
+SAVE_FORMAT = 2  # 2: FitInfo with the method's own info and the paths' as tables of their own;
+# a guide's settings in [inference.svi.<guide>] of the saved entry
+READ_FORMATS = (1, 2)  # 1: one flat FitInfo table (fitinfo.info_from_flat), flat guide settings
 TEST_ARRAYS = ("mean", "var", "mean_f", "var_f", "var_y", "draws")
 STATE_GROUP = "ssgp_ppl_state"  # the group of a saved posterior that holds what predict needs
 CHECKSUM = "ssgp_ppl_sha256"  # the state group's attribute holding state_checksum(...)
@@ -56,71 +65,6 @@ LAYOUT_SLACK_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
-class FitInfo:
-    """What a method reports besides its draws; None where the method has no such quantity."""
-
-    fit_seconds: float = 0.0
-    predict_seconds: float = 0.0
-    loo_seconds: float = 0.0  # densities and pointwise log-likelihoods for PSIS-LOO
-    steps: int | None = None  # SVI/ML steps, NCVMP iterations
-    converged: bool | None = None  # SVI / type-II: by the stop rule (ssgp_ppl.inference); NCVMP: its bound
-    improvement: float | None = None  # SVI / type-II: the loss's improvement per 1,000 steps at the
-    improvement_se: float | None = None  # end, its standard error and the rule's tolerance (nats)
-    tolerance: float | None = None
-    interrupted: bool | None = None  # stopped by Ctrl-C after a whole chunk (checkpointed fits)
-    stop_signal: str | None = None  # the signal that stopped it (SIGINT, SIGTERM, SIGHUP)
-    objective: str | None = None  # SVI objective and its β
-    beta: float | None = None
-    partitions: int | None = None  # k-means partitions used
-    divergences: int | None = None  # NUTS
-    algorithm: int | None = None  # NCVMP algorithm and final bound
-    bound: float | None = None
-    k: int | None = None  # adaptive neighbourhoods
-    adapt: bool | None = None
-    log_evidence: tuple[float, ...] | None = None  # tempered SMC: log p(y) of each run
-    temperatures: tuple[int, ...] | None = None  # tempering steps of each run
-    smc_seconds: float | None = None
-    particles: int | None = None
-    collapsed: bool | None = None  # s integrated out by the sampler, drawn afterwards
-    runs_rhat: float | None = None  # max rank R-hat of the scalar invariants across SMC runs
-    paths: int | None = None  # multi-path fits (ssgp_ppl.paths): number of paths, how combined,
-    combine: str | None = None  # each path's weight, LOO log score and final objective, and the
-    path_weights: tuple[float, ...] | None = None  # mixture's LOO log score
-    path_loo: tuple[float, ...] | None = None
-    path_objective: tuple[float, ...] | None = None
-    path_objective_kind: tuple[str, ...] | None = None  # paths.OBJECTIVE_KINDS
-    path_pareto_k_bad: tuple[int, ...] | None = None  # rows whose PSIS k̂ exceeds good_k
-    path_noise: tuple[float | None, ...] | None = None  # posterior mean σ_n (standardised)
-    stacked_loo: float | None = None
-    precision: str | None = None  # the fit vs its precision in words where it warns (linalg.resolution)
-    noise_floor: float | None = None  # σ_floor in the target's units (Gaussian SSGP fits)
-    jitter: float | None = None  # largest jitter ε × mean diag A at the fitted values (where A is factored)
-
-
-def stop_text(info: FitInfo) -> str | None:
-    """How an iterative fit stopped, in words (None for a fit without a stop rule): converged, or
-    stopped by the step budget with the objective's improvement per 1,000 steps at the end (a
-    posterior saved without that reading says "unknown")."""
-    if info.converged is None:
-        return None
-    if info.interrupted:
-        return f"stopped by {info.stop_signal or 'SIGINT'} at step {info.steps}"
-    if info.bound is not None:  # NCVMP's bound-based rule
-        return ("converged (relative increase of the bound below its tolerance)" if info.converged
-                else "stopped by the iteration budget before the bound converged")
-    if info.improvement is None:
-        return ("converged" if info.converged else "stopped by the step budget") + \
-            " (improvement per 1,000 steps unknown)"
-    tol = "" if info.tolerance is None else f"; tolerance {info.tolerance:.3g}"
-    rate = f"{info.improvement:.3g} ± {info.improvement_se or 0.0:.2g} nats per 1,000 steps{tol}"
-    if info.converged:
-        return f"converged (improvement {rate})"
-    if info.improvement > 0:
-        return f"stopped by the step budget, objective still improving by {rate}"
-    return f"stopped by the step budget, not shown to have converged (improvement {rate})"
-
-
-@dataclass(frozen=True)
 class Handoff:
     """What one method's fit gives another: type-II estimates (for an empirical-Bayes
     reference), the spectral points NCVMP's restarts kept, the k-means partitions, and where a
@@ -132,7 +76,27 @@ class Handoff:
     start: dict | None = None  # starting values of the sites (a multi-path fit's dispersed start)
 
 
-@dataclass(eq=False)
+@runtime_checkable
+class PredictiveRule(Protocol):
+    """What a posterior predicts with (:mod:`ssgp_ppl.predictive`: ``SiteRule``, ``NCVMPRule``,
+    ``LocalFitsRule``, ``StackedRule``): per-draw f* moments at standardised inputs, and the
+    arrays and attributes :meth:`Posterior.save` stores (``predictive.rule_from_state`` reads
+    them back)."""
+
+    @property
+    def closed_form(self) -> bool:  # one Gaussian per point, not per draw of the sites
+        ...
+
+    @property
+    def fits_at_prediction(self) -> bool:  # fits run when it predicts (the local fits)
+        ...
+
+    def moments(self, x, *, client=None, progress: bool = False) -> Moments: ...
+
+    def state(self) -> tuple[dict, dict]: ...
+
+
+@dataclass(eq=False, kw_only=True)
 class Posterior:
     """A fitted catalog entry: draws, predictive rule, scalers and method info.
 
@@ -147,7 +111,7 @@ class Posterior:
     method: str
     dataset: str
     sites: dict
-    rule: object  # SiteRule | NCVMPRule | LocalFitsRule
+    rule: PredictiveRule
     x_scaler: Scaler
     y_scaler: Scaler
     info: FitInfo = field(default_factory=FitInfo)
@@ -315,7 +279,7 @@ class Posterior:
         meta = {"format": SAVE_FORMAT, "entry": {"name": self.entry.name, "path": str(self.entry.path),
                                                  "config": self.entry.config},
                 "method": self.method, "dataset": self.dataset, "rule": rule_attrs,
-                "info": dataclasses.asdict(self.info), "y_centre": self.y_centre,
+                "info": info_to_json(self.info), "y_centre": self.y_centre,
                 "feature_names": list(self.feature_names),
                 "encoding": None if self.encoding is None else self.encoding.to_json(),
                 "sites": list(self.sites), "sites_in_datatree": in_tree,
@@ -401,6 +365,27 @@ def check_layout(path: Path) -> None:
             raise SSGPError(f"{what} type {dtype} is not numeric")
 
 
+# the guides' settings that format 1 kept flat in [inference.svi]
+_FLAT_GUIDE_SETTINGS = ("psi", "df", "init_scale", "components", "spread")
+
+
+def _guide_tables_from_flat(config: dict) -> dict:
+    """A format-1 saved entry's configuration with its guide's settings moved from
+    ``[inference.svi]`` into ``[inference.svi.<guide>]`` (and the other guides' dropped)."""
+    svi = config.get("inference", {}).get("svi") if isinstance(config.get("inference"), dict) \
+        else None
+    if not isinstance(svi, dict) or not isinstance(svi.get("guide"), str):
+        return config
+    from ssgp_ppl.guides import GUIDES  # guides imports this module's neighbours: not at the top
+
+    own = GUIDES[svi["guide"]].Settings.schema() if svi["guide"] in GUIDES else {}
+    flat = {k: svi[k] for k in _FLAT_GUIDE_SETTINGS if k in svi}
+    svi = {k: v for k, v in svi.items() if k not in flat}
+    if own:
+        svi[svi["guide"]] = {k: v for k, v in flat.items() if k in own}
+    return {**config, "inference": {**config["inference"], "svi": svi}}
+
+
 def _check_scaler(path: Path, arrays: dict, name: str, ndim: int) -> Scaler:
     """The saved scaler ``name``: finite means, finite and positive scales, of one shape."""
     mean, scale = arrays[f"{name}_mean"], arrays[f"{name}_scale"]
@@ -450,7 +435,16 @@ def load(path: str | Path, make_entry) -> Posterior:
 _META_TYPES = {"entry": dict, "method": str, "dataset": str, "rule": dict, "info": dict,
                "y_centre": (int, float), "feature_names": list, "encoding": (str, type(None)),
                "sites": list, "sites_in_datatree": bool, "test": (dict, type(None)),
-               "metrics": (dict, type(None))}  # the JSON attribute's keys (format 1)
+               "metrics": (dict, type(None))}  # the JSON attribute's keys (formats 1 and 2)
+
+
+def _refit(meta) -> str:
+    """How to get the posterior again: refit the entry the file names (MODEL where it names none)."""
+    entry = meta.get("entry") if isinstance(meta, dict) else None
+    name = entry.get("name") if isinstance(entry, dict) else None
+    model = name if isinstance(name, str) and re.fullmatch(r"[\w.-]{1,64}", name) else "MODEL"
+    return (f"refit it: `ssgp-ppl fit {model} --data DATA --out DIR` writes DIR/posterior.nc (in "
+            "Python, ssgp_ppl.fit(...).save(path))")
 
 
 def _from_tree(path: Path, dt: xr.DataTree, make_entry) -> Posterior:
@@ -459,9 +453,10 @@ def _from_tree(path: Path, dt: xr.DataTree, make_entry) -> Posterior:
     if not isinstance(text, str):
         raise SSGPError(f"{path}: not a saved posterior ({STATE_GROUP} has no 'ssgp_ppl' attribute)")
     meta = json.loads(text)
-    if not isinstance(meta, dict) or meta.get("format") != SAVE_FORMAT:
-        found = meta.get("format") if isinstance(meta, dict) else None
-        raise SSGPError(f"{path}: saved posterior format {found!r} is not {SAVE_FORMAT}")
+    found = meta.get("format") if isinstance(meta, dict) else None
+    if found not in READ_FORMATS or isinstance(found, bool):
+        raise SSGPError(f"{path}: saved posterior format {found!r} is not one this version reads "
+                        f"({', '.join(map(str, READ_FORMATS))}); {_refit(meta)}")
     for key, types in _META_TYPES.items():
         value = meta.get(key)
         if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
@@ -479,17 +474,14 @@ def _from_tree(path: Path, dt: xr.DataTree, make_entry) -> Posterior:
     saved = ds.attrs.get(CHECKSUM)
     if saved is not None and (not isinstance(saved, str) or saved != state_checksum(
             text, arrays, sites if meta["sites_in_datatree"] else {})):
-        name = meta["entry"].get("name")
-        model = name if isinstance(name, str) and re.fullmatch(r"[\w.-]{1,64}", name) else "MODEL"
         raise SSGPError(f"{path}: the saved posterior was modified or corrupted after it was saved "
-                        f"(its sha256 checksum does not match); refit it: `ssgp-ppl fit {model} "
-                        "--data DATA --out DIR` writes DIR/posterior.nc (in Python, "
-                        "ssgp_ppl.fit(...).save(path))")
+                        f"(its sha256 checksum does not match); {_refit(meta)}")
     e = meta["entry"]
     if not (isinstance(e["name"], str) and isinstance(e["path"], str) and
             isinstance(e["config"], dict)):
         raise SSGPError(f"{path}: entry: expected a name, a path and a configuration table")
-    entry = make_entry(e["name"], Path(e["path"]), e["config"], f"{path} (saved entry)")
+    config = e["config"] if found > 1 else _guide_tables_from_flat(e["config"])
+    entry = make_entry(e["name"], Path(e["path"]), config, f"{path} (saved entry)")
     x_scaler = _check_scaler(path, arrays, "x_scaler", 1)
     y_scaler = _check_scaler(path, arrays, "y_scaler", 0)
     if not math.isfinite(meta["y_centre"]):
@@ -499,17 +491,19 @@ def _from_tree(path: Path, dt: xr.DataTree, make_entry) -> Posterior:
 
     tree = dt.copy()
     del tree[STATE_GROUP]
-    info = FitInfo(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["info"].items()})
+    info = info_from_flat(meta["info"], meta["method"]) if found == 1 else \
+        info_from_json(meta["info"])
     params = {k[len("params_"):]: v for k, v in arrays.items() if k.startswith("params_")}
     test = None
     if meta.get("test") is not None:
         test = Prediction(*(arrays[f"test_{k}"] for k in TEST_ARRAYS), meta["test"]["y_scale"],
                           meta["test"]["y_shift"], meta["test"]["gaussian"])
-    return Posterior(entry, meta["method"], meta["dataset"], sites, rule_from_state(arrays, meta["rule"]),
-                     x_scaler, y_scaler, info, arrays.get("log_p"),
-                     arrays.get("log_q"), arrays.get("losses"), float(meta["y_centre"]),
-                     test=test, metrics=meta["metrics"], params=params or None,
-                     path_of_draw=arrays.get("path_of_draw"),
+    return Posterior(entry=entry, method=meta["method"], dataset=meta["dataset"], sites=sites,
+                     rule=rule_from_state(arrays, meta["rule"]), x_scaler=x_scaler,
+                     y_scaler=y_scaler, info=info, log_p=arrays.get("log_p"),
+                     log_q=arrays.get("log_q"), losses=arrays.get("losses"),
+                     y_centre=float(meta["y_centre"]), test=test, metrics=meta["metrics"],
+                     params=params or None, path_of_draw=arrays.get("path_of_draw"),
                      feature_names=tuple(meta["feature_names"]),
                      encoding=TableEncoding.from_json(meta["encoding"]) if meta.get("encoding")
                      else None,

@@ -318,18 +318,18 @@ def paths_record(post: Posterior, data: Dataset) -> dict:
     units as the stacking uses it, and per training row in original units), the rows whose k̂
     makes that score unreliable, its final objective and what that objective is, its posterior
     mean noise sd (original units), and the mixture's LOO log score."""
-    i = post.info
+    i = post.info.paths
     scale = float(np.asarray(post.y_scaler.scale))
     n = data.n_train
-    noise = list(i.path_noise) if i.path_noise is not None else [
+    noise = list(i.noise) if i.noise is not None else [
         float(np.mean(p.flat_sites["noise"])) if "noise" in p.flat_sites else None
-        for p in post.path_posteriors] or [None] * len(i.path_weights)
-    kinds = list(i.path_objective_kind or ["loss"] * len(i.path_weights))
-    return {"combine": i.combine, "weights": list(i.path_weights), "loo": list(i.path_loo),
+        for p in post.path_posteriors] or [None] * len(i.weights)
+    kinds = list(i.objective_kind or ["loss"] * len(i.weights))
+    return {"combine": i.combine, "weights": list(i.weights), "loo": list(i.loo),
             # −elpd per row in original units: comparable with the test MNLP
-            "loo_per_row": [float(-(v - n * np.log(scale)) / n) for v in i.path_loo],
-            "pareto_k_bad": list(i.path_pareto_k_bad or [None] * len(i.path_weights)),
-            "objective": list(i.path_objective), "objective_kind": kinds,
+            "loo_per_row": [float(-(v - n * np.log(scale)) / n) for v in i.loo],
+            "pareto_k_bad": list(i.pareto_k_bad or [None] * len(i.weights)),
+            "objective": list(i.objective), "objective_kind": kinds,
             "noise": [None if v is None else v * scale for v in noise],
             "stacked_loo": i.stacked_loo,
             "stacked_loo_per_row": float(-(i.stacked_loo - n * np.log(scale)) / n)}
@@ -603,7 +603,7 @@ def _compare_in(entry, data, stage: Path, state: dict, *, seed, progress, fresh_
                 rec = _evaluate_record(r, label, data, y_test, readings)
             if r is res and is_ref:
                 rec["reference"] = ref_record
-            if r.info.paths:
+            if r.info.paths is not None:
                 rec["paths"] = paths_record(r, data)
             results.append(r)
             records.append(rec)

@@ -10,7 +10,8 @@ from numpyro.infer import SVI, Trace_ELBO
 from numpyro.optim import Adam
 
 from ssgp_ppl.entry import load_entry
-from ssgp_ppl.inference import Schedule, _Convergence, guide_draws_with_density
+from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.inference import Batching, Schedule, _Convergence, guide_draws_with_density
 
 
 @pytest.mark.parametrize("name", ["ssgp_svi", "svbssgp", "vssgp", "tan_va_svi"])
@@ -173,34 +174,130 @@ def test_ssgp_svi_at_five_thousand_steps_is_still_improving(pendulum):
     res = fit(entry, pendulum, seed=0, progress=False)
     info = res.info
     assert info.converged is False and info.steps == 5000
-    assert info.improvement - 2 * info.improvement_se > info.tolerance
+    r = info.reading
+    assert r.improvement - 2 * r.improvement_se > r.tolerance
     assert stop_text(info).startswith("stopped by the step budget, objective still improving by")
 
 
 def test_a_posterior_saved_without_the_stop_reading_loads_and_says_unknown(pendulum, tmp_path):
-    """Saved posteriors whose FitInfo predates the stop rule's reading load with it None, and
-    say "unknown" where they are described."""
+    """Saved posteriors whose flat FitInfo table (format 1) has no stop rule's reading load with
+    it None, and say "unknown" where they are described."""
     import json
 
     import xarray as xr
 
     from ssgp_ppl.api import load
+    from ssgp_ppl.fitinfo import MLInfo
     from ssgp_ppl.pipeline import fit
     from ssgp_ppl.posterior import CHECKSUM, STATE_GROUP, stop_text
 
     entry = load_entry("ssgp").with_overrides(["ml.steps=1000", "m=5"])
     post = fit(entry, pendulum, seed=0, progress=False)
-    assert post.info.improvement is not None and "nats per 1,000 steps" in stop_text(post.info)
+    assert post.info.reading.improvement is not None
+    assert "nats per 1,000 steps" in stop_text(post.info)
     post.save(tmp_path / "new.nc")
     dt = xr.open_datatree(tmp_path / "new.nc", engine="h5netcdf").load()
     meta = json.loads(dt[STATE_GROUP].attrs["ssgp_ppl"])
-    for k in ("improvement", "improvement_se", "tolerance"):
-        del meta["info"][k]
+    meta["format"] = 1
+    meta["info"] = {k: v for k, v in meta["info"].items() if k not in ("reading", "method", "paths")}
     state = dt[STATE_GROUP].to_dataset()
     state.attrs["ssgp_ppl"] = json.dumps(meta)
     del state.attrs[CHECKSUM]  # such files were saved without a checksum
     dt[STATE_GROUP] = xr.DataTree(state)
     dt.to_netcdf(tmp_path / "old.nc", engine="h5netcdf")
     old = load(tmp_path / "old.nc")
-    assert old.info.improvement is None and old.info.steps == 1000
+    assert old.info.reading is None and old.info.steps == 1000
+    assert old.info.method == MLInfo() and old.info.fit_seconds == post.info.fit_seconds
     assert stop_text(old.info) == "stopped by the step budget (improvement per 1,000 steps unknown)"
+
+
+# ---- the SVI kernel (svi_kernel) and its one driver ----
+def _normal_mean(x, y=None, n_total=None):
+    import numpyro
+    import numpyro.distributions as dist
+
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    with numpyro.plate("data", n_total or x.shape[0], subsample_size=x.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+
+def _normal_rows(n=50):
+    rng = np.random.default_rng(0)
+    return np.zeros((n, 1), np.float32), rng.normal(1.5, 1.0, n).astype(np.float32)
+
+
+def test_the_kernels_chunk_is_its_steps_and_run_svi_drives_it():
+    """``chunk`` of 40 steps in one scan takes the steps ``step`` takes one by one (the same batch
+    keys and Adam updates, to float32 rounding), and run_svi's loss trace is that chunk's, bit
+    for bit, on minibatches of 10 of 50 rows."""
+    import jax.numpy as jnp
+    from numpyro.infer.autoguide import AutoNormal
+
+    from ssgp_ppl.inference import batch_sampler, run_svi, svi_kernel
+
+    x, y = _normal_rows()
+    schedule = Schedule(40, lr=0.05, chunk=40, tol=0.0)
+    draw, aux = batch_sampler(len(x), 10)
+    kernel = svi_kernel(_normal_mean, AutoNormal(_normal_mean), schedule, draw=draw)
+    state = kernel.init(jax.random.PRNGKey(4), jnp.asarray(x), jnp.asarray(y), aux)
+    chunked, losses = jax.jit(kernel.chunk, static_argnums=4)(state, x, y, aux, 40)
+    step = jax.jit(kernel.step)
+    one_by_one = []
+    for _ in range(40):
+        state, loss = step(state, x, y, aux)
+        one_by_one.append(float(loss))
+    np.testing.assert_allclose(losses, one_by_one, rtol=1e-5)
+    np.testing.assert_array_equal(chunked.key, state.key)  # the same key stream
+    np.testing.assert_allclose(kernel.params(chunked)["mu_auto_loc"],
+                               kernel.params(state)["mu_auto_loc"], rtol=1e-5)
+    assert losses[-1] < losses[0] - 100  # it learns: μ moves from 0 towards 1.5
+    res = run_svi(_normal_mean, AutoNormal(_normal_mean), x, y, schedule, seed=4, progress=False,
+                  batching=Batching(batch_size=10))
+    assert res.steps == 40
+    np.testing.assert_array_equal(res.losses, np.asarray(losses))
+
+
+def _pinned(start):
+    """A model whose loss is log p with p a parameter starting at ``start``: Adam walks p down by
+    ~lr a step until log p is NaN (from 0.045: at step 5)."""
+    import jax.numpy as jnp
+    import numpyro
+
+    def model(x, y=None):
+        p = numpyro.param("p", start)
+        numpyro.factor("f", -jnp.log(p))
+
+    return model
+
+
+def test_a_path_whose_loss_turns_nan_is_named():
+    from ssgp_ppl.inference import run_svi_paths
+
+    pairs = [(_pinned(5.0), lambda x, y=None: None), (_pinned(0.045), lambda x, y=None: None)]
+    with pytest.raises(SSGPError, match=r"^path 1: loss became NaN/inf at step [4-6]; last finite "
+                                        r"loss -[0-9.]+ \(try a smaller learning rate or --x64\)$"):
+        run_svi_paths(pairs, np.zeros((3, 1)), np.zeros(3), Schedule(100, lr=0.01, chunk=50),
+                      seeds=[0, 1], progress=False)
+
+
+def test_the_paths_show_one_progress_bar_with_their_count(capfd):
+    """Three vmapped paths: one bar labelled "toy ×3 paths" (no bar per path), and each path's
+    result is its own (its stop, its steps)."""
+    import re
+
+    from numpyro.infer import init_to_value
+    from numpyro.infer.autoguide import AutoNormal
+
+    from ssgp_ppl.inference import run_svi_paths
+
+    x, y = _normal_rows()
+    pairs = [(_normal_mean, AutoNormal(_normal_mean, init_loc_fn=init_to_value(values={"mu": v})))
+             for v in (0.0, 1.5, -3.0)]
+    res = run_svi_paths(pairs, x, y, Schedule(300, lr=0.05, chunk=50), seeds=[0, 1, 2],
+                        progress=True, desc="toy")
+    err = capfd.readouterr().err
+    labels = set(re.findall(r"(?:^|\r)([^\r\n|]*?):\s+\d+%", err))
+    assert labels == {"toy ×3 paths"}, err[-500:]
+    assert [len(r.losses) for r in res] == [r.steps for r in res] == [300] * 3
+    starts = [float(r.losses[0]) for r in res]
+    assert starts[2] > starts[0] > starts[1]  # each path's own start: μ₀ = −3 is the farthest

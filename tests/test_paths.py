@@ -35,7 +35,7 @@ def small_rows(pendulum):
 
 def _stacked_score(post, data):
     loo = np.stack([loo_log_density(p, data) for p in post.path_posteriors], 1)
-    w = np.asarray(post.info.path_weights)
+    w = np.asarray(post.info.paths.weights)
     return float(np.log(np.exp(loo) @ w).sum())
 
 
@@ -46,14 +46,14 @@ def test_multi_path_svi(small_rows, tmp_path):
     entry = load_entry("ssgp_svi").with_overrides(["m=4", "svi.steps=200", "svi.min_steps=0",
                                                    "svi.paths=3", "predictive.samples=30"])
     post = fit(entry, small_rows, "svi", progress=False)
-    assert post.info.paths == 3 and len(post.path_posteriors) == 3
-    w = np.asarray(post.info.path_weights)
+    assert post.info.paths.count == 3 and len(post.path_posteriors) == 3
+    w = np.asarray(post.info.paths.weights)
     assert w.sum() == pytest.approx(1.0)
     posterior = post.datatree["posterior"]
     assert posterior.sizes["draw"] == MIXTURE_DRAWS
     np.testing.assert_array_equal(np.bincount(posterior["path"].values, minlength=3), allocate(w))
-    assert post.info.stacked_loo == pytest.approx(_stacked_score(post, small_rows), rel=1e-6)
-    assert post.info.stacked_loo >= max(post.info.path_loo) - 1e-6
+    assert post.info.paths.stacked_loo == pytest.approx(_stacked_score(post, small_rows), rel=1e-6)
+    assert post.info.paths.stacked_loo >= max(post.info.paths.loo) - 1e-6
     back = load_posterior(post.save(tmp_path / "stacked.nc"))
     x = small_rows.x_scaler.inverse(small_rows.x_test)
     np.testing.assert_allclose(back.predict(x).mean, post.predict(x).mean, rtol=1e-6)

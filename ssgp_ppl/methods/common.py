@@ -11,10 +11,11 @@ import numpy as np
 
 from ssgp_ppl import spectral
 from ssgp_ppl.datatree import LOGLIK_MAX_VALUES, LOO_MIN_DRAWS, by_chain
+from ssgp_ppl.fitinfo import FitInfo, MethodInfo, StopReading
 from ssgp_ppl.guides import EmptyGuide
 from ssgp_ppl.inference import guide_draws_with_density, site_values
 from ssgp_ppl.model import draw_nuisance, with_start
-from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
+from ssgp_ppl.posterior import Handoff, Posterior
 from ssgp_ppl.predictive import SiteRule
 
 __all__ = ["LOGLIK_MAX_VALUES", "LOO_MIN_DRAWS", "by_chain", "spec_for", "partitions_for",
@@ -87,9 +88,9 @@ def with_nuisance(sites: dict, x, y, seed: int, spec) -> dict:
 
 
 def finish(entry, data, method: str, model, guide, params, res, *, spec, partitions, seed: int,
-           num: int, densities: bool, t0: float, objective: str | None = None,
-           beta: float | None = None) -> Posterior:
-    """Draws of a fitted guide → a Posterior (shared by ``svi`` and ``ml``)."""
+           num: int, densities: bool, t0: float, method_info: MethodInfo | None = None) -> Posterior:
+    """Draws of a fitted guide → a Posterior (shared by ``svi`` and ``ml``); ``method_info``: the
+    method's own info (:mod:`ssgp_ppl.fitinfo`)."""
     x, y = jax.numpy.asarray(data.x_train), jax.numpy.asarray(data.y_train)
     log_p = log_q = None
     loo_seconds = 0.0
@@ -112,16 +113,19 @@ def finish(entry, data, method: str, model, guide, params, res, *, spec, partiti
         loc, tril = jax.vmap(lambda d: guide.nuisance_conditional(params, d))(draws)
         rule_sites.update(nuisance=loc, nuisance_tril=tril)
     fit_info = FitInfo(fit_seconds=fit_seconds, loo_seconds=loo_seconds, steps=res.steps,
-                       converged=res.converged, improvement=res.improvement,
-                       improvement_se=res.improvement_se, tolerance=res.tolerance,
+                       converged=res.converged,
+                       reading=StopReading(improvement=res.improvement,
+                                           improvement_se=res.improvement_se,
+                                           tolerance=res.tolerance),
                        interrupted=res.interrupted,
                        stop_signal=res.stop_signal,
                        partitions=None if partitions is None else partitions.count,
-                       objective=objective, beta=beta)
+                       method=method_info)
     type2 = {k: np.asarray(params[k]) for k in spec.learned_sites()}
-    return Posterior(entry, method, data.name, by_chain(sites, 1),
-                     site_rule(entry, rule_sites, data, partitions), data.x_scaler,
-                     data.y_scaler, fit_info, None if log_p is None else np.asarray(log_p)[None],
-                     None if log_q is None else np.asarray(log_q)[None], res.losses,
+    return Posterior(entry=entry, method=method, dataset=data.name, sites=by_chain(sites, 1),
+                     rule=site_rule(entry, rule_sites, data, partitions), x_scaler=data.x_scaler,
+                     y_scaler=data.y_scaler, info=fit_info,
+                     log_p=None if log_p is None else np.asarray(log_p)[None],
+                     log_q=None if log_q is None else np.asarray(log_q)[None], losses=res.losses,
                      handoff=Handoff(type2=type2, partitions=partitions),
                      params={k: np.asarray(v) for k, v in params.items()})

@@ -7,9 +7,10 @@ import dataclasses
 import numpy as np
 
 from ssgp_ppl import ncvmp
+from ssgp_ppl.fitinfo import FitInfo, LocalInfo
 from ssgp_ppl.methods.base import Method, Settings, setting
 from ssgp_ppl.methods.ncvmp import algorithm_settings, check_tan
-from ssgp_ppl.posterior import FitInfo, Posterior
+from ssgp_ppl.posterior import Posterior
 from ssgp_ppl.predictive import LocalFitsRule
 
 
@@ -49,8 +50,9 @@ class LocalMethod(Method):
         rule = LocalFitsRule(x, y, prior, spec.m, s.k, settings,
                              entry.config["model"]["spectral_seed"], s.adapt, s.batch,
                              desc=f"{entry.name}:local")
-        return Posterior(entry, self.name, data.name, {}, rule, data.x_scaler, data.y_scaler,
-                         FitInfo(k=s.k, adapt=s.adapt))
+        return Posterior(entry=entry, method=self.name, dataset=data.name, sites={}, rule=rule,
+                         x_scaler=data.x_scaler, y_scaler=data.y_scaler,
+                         info=FitInfo(method=LocalInfo(k=s.k, adapt=s.adapt)))
 
 
 LOCAL = LocalMethod()

@@ -6,6 +6,7 @@ import dataclasses
 import time
 
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.fitinfo import MLInfo
 from ssgp_ppl.guides import EmptyGuide, MAPGuide
 from ssgp_ppl.inference import TOL_PER_POINT, Schedule, run_svi
 from ssgp_ppl.methods import common
@@ -59,7 +60,7 @@ class MLMethod(Method):
                       progress=progress, desc=f"{entry.name}:ml", checkpoint=checkpoint)
         return common.finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
                       partitions=partitions, seed=seed, num=self.draws(entry, data.n_train),
-                      densities=False, t0=t0)
+                      densities=False, t0=t0, method_info=MLInfo())
 
 
 ML = MLMethod()

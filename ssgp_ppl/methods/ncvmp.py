@@ -12,10 +12,11 @@ from numpyro.infer.util import log_density
 
 from ssgp_ppl import ncvmp, status
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.fitinfo import FitInfo, NCVMPInfo
 from ssgp_ppl.inference import site_values
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import Method, Settings, setting
-from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
+from ssgp_ppl.posterior import Handoff, Posterior
 from ssgp_ppl.predictive import NCVMPRule
 from ssgp_ppl.stacking import COMBINE
 
@@ -129,12 +130,14 @@ class NCVMPMethod(Method):
         bounds = np.asarray(res.bounds)
         info = FitInfo(fit_seconds=fit_seconds, loo_seconds=time.perf_counter() - t_loo,
                        steps=int(res.iterations), converged=bool(res.converged),
-                       algorithm=settings.algorithm, bound=float(res.bound))
+                       method=NCVMPInfo(algorithm=settings.algorithm, bound=float(res.bound)))
         rule = NCVMPRule(res.state, np.asarray(res.points), n, prior, float(ybar))
-        return Posterior(entry, self.name, data.name, common.by_chain(sites, 1), rule,
-                         data.x_scaler, data.y_scaler, info,
-                         None if log_p is None else np.asarray(log_p)[None],
-                         np.asarray(log_q)[None], -bounds[np.isfinite(bounds)], float(ybar),
+        return Posterior(entry=entry, method=self.name, dataset=data.name,
+                         sites=common.by_chain(sites, 1), rule=rule, x_scaler=data.x_scaler,
+                         y_scaler=data.y_scaler, info=info,
+                         log_p=None if log_p is None else np.asarray(log_p)[None],
+                         log_q=np.asarray(log_q)[None], losses=-bounds[np.isfinite(bounds)],
+                         y_centre=float(ybar),
                          handoff=Handoff(spectral_points=np.asarray(res.points)))
 
 

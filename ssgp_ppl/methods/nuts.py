@@ -13,11 +13,12 @@ from numpyro import handlers
 
 from ssgp_ppl.datatree import DIMS
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.fitinfo import FitInfo, NUTSInfo
 from ssgp_ppl.guides import nuts_init
 from ssgp_ppl.inference import reparam_for_nuts, run_nuts, site_values
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import PosteriorSampler, Settings, setting
-from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
+from ssgp_ppl.posterior import Handoff, Posterior
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,13 +72,15 @@ class NUTSMethod(PosteriorSampler):
         partitions = common.partitions_for(entry, data, inputs, seed)
         info = FitInfo(fit_seconds=fit_seconds, partitions=None if partitions is None else
                        partitions.count,
-                       divergences=int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum()))
+                       method=NUTSInfo(divergences=int(np.asarray(
+                           mcmc.get_extra_fields()["diverging"]).sum())))
         stats = from_numpyro(mcmc, dims=DIMS, log_likelihood=False)["sample_stats"].to_dataset()
         kept = None if not learned else {k: np.asarray(type2[k]) for k in learned}
-        return Posterior(entry, self.name, data.name, common.by_chain(sites, s.chains),
-                         common.site_rule(entry, sites, data, partitions), data.x_scaler,
-                         data.y_scaler, info, handoff=Handoff(type2=kept, partitions=partitions),
-                         sample_stats=stats)
+        return Posterior(entry=entry, method=self.name, dataset=data.name,
+                         sites=common.by_chain(sites, s.chains),
+                         rule=common.site_rule(entry, sites, data, partitions),
+                         x_scaler=data.x_scaler, y_scaler=data.y_scaler, info=info,
+                         handoff=Handoff(type2=kept, partitions=partitions), sample_stats=stats)
 
 
 NUTS = NUTSMethod()

@@ -9,7 +9,7 @@ same sites as the uncollapsed model's. Frequencies are non-centred. On a model w
 hyperparameters the reference conditions on the entry's own estimates (empirical Bayes), as
 ``nuts`` does.
 
-The posterior's draws are the polishing chains'; :class:`~ssgp_ppl.posterior.FitInfo` carries the
+The posterior's draws are the polishing chains'; its :class:`~ssgp_ppl.fitinfo.SMCInfo` carries the
 SMC runs' log evidence and temperatures and the agreement of the runs on the invariant quantities,
 which :func:`ssgp_ppl.calibration.reference_health` turns into the verdict.
 """
@@ -28,11 +28,12 @@ from numpyro import handlers
 from ssgp_ppl import status
 from ssgp_ppl.datatree import DIMS
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.fitinfo import FitInfo, SMCInfo
 from ssgp_ppl.inference import reparam_for_nuts, run_nuts, site_values
 from ssgp_ppl.invariants import frequency_spread
 from ssgp_ppl.methods import common
 from ssgp_ppl.methods.base import PosteriorSampler, Settings, setting
-from ssgp_ppl.posterior import FitInfo, Handoff, Posterior
+from ssgp_ppl.posterior import Handoff, Posterior
 from ssgp_ppl.smc import DENSE_MASS_MAX_DIM, MASS_CHOICES, tempered_smc_runs
 
 SMC_SEED_OFFSET = 104_729  # the SMC runs' keys, apart from the polishing chains' (seed)
@@ -160,18 +161,20 @@ class SMCMethod(PosteriorSampler):
         partitions = common.partitions_for(entry, data, inputs, seed)
         info = FitInfo(fit_seconds=fit_seconds, partitions=None if partitions is None else
                        partitions.count,
-                       divergences=int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum()),
-                       log_evidence=tuple(r.log_evidence for r in runs),
-                       temperatures=tuple(r.temperatures for r in runs),
-                       smc_seconds=smc_seconds, particles=s.particles, collapsed=collapsed,
-                       runs_rhat=runs_agreement(inv, seed))
+                       method=SMCInfo(
+                           divergences=int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum()),
+                           log_evidence=tuple(r.log_evidence for r in runs),
+                           temperatures=tuple(r.temperatures for r in runs),
+                           smc_seconds=smc_seconds, particles=s.particles, collapsed=collapsed,
+                           runs_rhat=runs_agreement(inv, seed)))
         stats = from_numpyro(mcmc, dims=DIMS, log_likelihood=False)["sample_stats"].to_dataset()
         learned = spec.learned_sites()
         kept = None if not learned else {k: np.asarray(type2[k]) for k in learned}
-        return Posterior(entry, self.name, data.name, common.by_chain(sites, s.chains),
-                         common.site_rule(entry, sites, data, partitions), data.x_scaler,
-                         data.y_scaler, info, handoff=Handoff(type2=kept, partitions=partitions),
-                         sample_stats=stats)
+        return Posterior(entry=entry, method=self.name, dataset=data.name,
+                         sites=common.by_chain(sites, s.chains),
+                         rule=common.site_rule(entry, sites, data, partitions),
+                         x_scaler=data.x_scaler, y_scaler=data.y_scaler, info=info,
+                         handoff=Handoff(type2=kept, partitions=partitions), sample_stats=stats)
 
 
 SMC = SMCMethod()
@@ -206,9 +209,11 @@ def runs_posterior(entry, data, runs, *, seed: int = 0, inputs=None, draws_per_r
     partitions = common.partitions_for(entry, data, inputs, seed)
     learned = spec.learned_sites()
     kept = None if not learned else {k: np.asarray(type2[k]) for k in learned}
-    post = Posterior(entry, SMC.name, data.name, common.by_chain(sites, len(runs)),
-                     common.site_rule(entry, sites, data, partitions), data.x_scaler, data.y_scaler,
-                     info or FitInfo(), log_p=lp, handoff=Handoff(type2=kept, partitions=partitions))
+    post = Posterior(entry=entry, method=SMC.name, dataset=data.name,
+                     sites=common.by_chain(sites, len(runs)),
+                     rule=common.site_rule(entry, sites, data, partitions), x_scaler=data.x_scaler,
+                     y_scaler=data.y_scaler, info=info or FitInfo(), log_p=lp,
+                     handoff=Handoff(type2=kept, partitions=partitions))
     return post, lp
 
 

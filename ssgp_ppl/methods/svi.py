@@ -11,6 +11,7 @@ from numpyro.infer import Trace_ELBO
 
 from ssgp_ppl import densities
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.fitinfo import SVIInfo
 from ssgp_ppl.guides import GUIDES
 from ssgp_ppl.inference import TOL_PER_POINT, Batching, Schedule, reparam_for_nuts, run_svi, run_svi_paths
 from ssgp_ppl.methods import common
@@ -206,7 +207,7 @@ class SVIMethod(Method):
                                 s.schedule(steps), loss=loss, batching=batching,
                                 seeds=[path_seed(seed, k) for k in range(len(starts))],
                                 progress=progress,
-                                desc=f"{starts[0][0].name}:svi paths")
+                                desc=f"{starts[0][0].name}:svi")
         per_path = (time.perf_counter() - t0) / len(starts)
         return [self._finish(e, data, st, res, path_seed(seed, k), time.perf_counter() - per_path)
                 for k, ((e, _), st, res) in enumerate(zip(starts, setups, results, strict=True))]
@@ -226,7 +227,8 @@ class SVIMethod(Method):
         dens = common.loo_draws(entry, data.n_train) is not None  # densities for PSIS-LOO
         return common.finish(entry, data, self.name, model, guide, res.params, res, spec=spec,
                       partitions=partitions, seed=seed, num=self.draws(entry, data.n_train),
-                      densities=dens, t0=t0, objective=s.objective, beta=s.beta)
+                      densities=dens, t0=t0,
+                      method_info=SVIInfo(objective=s.objective, beta=s.beta))
 
 
 SVI = SVIMethod()
