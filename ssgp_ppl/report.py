@@ -123,8 +123,116 @@ def _label(rec: dict, ref_label: str) -> str:
     return ref_label if "reference" in rec and ref_label else rec["method"]
 
 
+COVERAGE_BAND = 0.99  # the summary flags a 90% interval whose test coverage leaves this binomial band
+NAMES = {"noise": "noise sd", "signal": "signal sd", "frequency_spread": "frequency spread",
+         "kernel": "kernel", "f_test": "f at the test points"}
+
+
+def coverage_band(n: int, level: float = 0.9, band: float = COVERAGE_BAND) -> tuple[float, float]:
+    """The central ``band`` interval of the share of n test rows inside a calibrated ``level``
+    interval (binomial(n, level) / n)."""
+    from scipy.stats import binom
+
+    a = (1 - band) / 2
+    return float(binom.ppf(a, n, level) / n), float(binom.isf(a, n, level) / n)
+
+
+def _reference_verdict(rec: dict) -> str:
+    """The reference's label and verdict in one sentence."""
+    d = rec["reference"]
+    reasons = "; ".join(d.get("reasons") or [])
+    if d.get("source") == "gold":
+        head = f"Reference: the stored {d['label']}"
+        return head + ("." if d["converged"] else f": {reasons}." if reasons else ".")
+    if d["converged"]:
+        return f"Reference: {rec['method']} computed here, CONVERGED ({d['modes']} mode(s))."
+    return (f"Reference: {rec['method']} computed here, NOT CONVERGED ({reasons}); every "
+            "comparison with it is against an unreliable reference.")
+
+
+def _positive_number(v, zero: bool = False) -> bool:
+    return isinstance(v, int | float) and np.isfinite(v) and (v >= 0 if zero else v > 0)
+
+
+def _is_vi_record(rec: dict) -> bool:
+    """A record of the entry's own fits, not the reference nor its stacked chains."""
+    chains = "paths" in rec and all(k == "log_density" for k in rec["paths"]["objective_kind"])
+    return "reference" not in rec and not chains
+
+
+def summary_lines(records: list[dict], ref_label: str = "") -> list[str]:
+    """The report's opening lines, each a number from the records the tables show: the
+    reference's verdict; the best method by test MNLP and its lead; the largest VI-vs-reference
+    distance on the invariant quantities in units of the reference's replicate floor; the fits
+    that stopped on their step budget; the methods whose 90% interval's test coverage leaves the
+    binomial 99% band of a calibrated one."""
+    lines = []
+    ref = next((r for r in records if "reference" in r), None)
+    if ref is not None:
+        lines.append(_reference_verdict(ref))
+    else:
+        lines.append("No reference in this comparison: the VI fits are compared on the test set "
+                     "only.")
+    scored = sorted((r for r in records if np.isfinite(r.get("mnlp", np.nan))),
+                    key=lambda r: r["mnlp"])
+    if scored:
+        b = scored[0]
+        line = (f"Best test predictions: {_label(b, ref_label)}, MNLP {b['mnlp']:.4g} nats per "
+                f"point (NMSE {b['nmse']:.4g}, 90% coverage {b['coverage_90']:.4g})")
+        s = scored[1] if len(scored) > 1 else None
+        if s is not None:
+            gap = s["mnlp"] - b["mnlp"]
+            line += (f"; next {_label(s, ref_label)} at {s['mnlp']:.4g}, {gap:.3g} nats per point "
+                     f"({gap * b['n_test']:.3g} over the {b['n_test']} test rows) behind")
+        vi = [r for r in scored if _is_vi_record(r)]
+        if vi and not _is_vi_record(b) and vi[0] is not s:
+            v = vi[0]
+            line += (f"; the best VI fit, {v['method']}, at {v['mnlp']:.4g} "
+                     f"({v['mnlp'] - b['mnlp']:.3g} nats per point behind)")
+        lines.append(line + ".")
+    worst = None
+    for r in filter(_is_vi_record, records):  # not the reference's own stacked chains
+        for q, v in r.get("vs_reference", {}).items():
+            if not isinstance(v, dict) or not _positive_number(v.get("w1_scaled_floor")) \
+                    or not _positive_number(v.get("w1_scaled"), zero=True):
+                continue
+            ratio = v["w1_scaled"] / v["w1_scaled_floor"]
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, r, q, v)
+    if worst is not None:
+        ratio, r, q, v = worst
+        means = ""
+        if v.get("mean") is not None and len(v["mean"]) == 1:
+            means = (f" (posterior mean {v['mean'][0]:.3g} against the reference's "
+                     f"{v['mean_reference'][0]:.3g}, sd ratio {v['std_ratio']:.2g})")
+        note = "" if ref is None or ref["reference"]["converged"] else \
+            " The reference did NOT converge, so this distance is against an unreliable target."
+        lines.append(f"Largest VI-vs-reference disagreement: {_label(r, ref_label)} on the "
+                     f"{NAMES.get(q, q)}{means}: W1 {v['w1_scaled']:.3g} reference sds, "
+                     f"{ratio:.3g}× the reference's replicate floor ({v['w1_scaled_floor']:.3g}; "
+                     f"below ~2× is Monte Carlo noise).{note}")
+    budget = [r for r in records if r.get("converged") is False]
+    if budget:
+        lines.append("Not converged when the fit ended: "
+                     + "; ".join(f"{_label(r, ref_label)}: {r.get('stop', 'step budget')}"
+                                 for r in budget) + ".")
+    off = []
+    for r in records:
+        if "coverage_90" not in r or not r.get("n_test"):
+            continue
+        lo, hi = coverage_band(int(r["n_test"]))
+        if not lo <= r["coverage_90"] <= hi:
+            off.append(f"{_label(r, ref_label)} {r['coverage_90']:.3g}")
+    if off:
+        n = records[0]["n_test"]
+        lo, hi = coverage_band(int(n))
+        lines.append(f"Test coverage of the 90% interval outside the binomial {COVERAGE_BAND:.0%} "
+                     f"band [{lo:.3g}, {hi:.3g}] for {n} rows: {', '.join(off)}.")
+    return lines
+
+
 def _plots(results: list[Posterior], records: list[dict], data: Dataset,
-           ref_label: str, readings: dict) -> list[tuple[str, str]]:
+           ref_label: str, readings: dict) -> list[tuple[str, ...]]:
     import matplotlib.pyplot as plt  # the backend is the caller's (a notebook keeps its inline one)
 
     y = np.asarray(data.y_scaler.inverse(data.y_test))
@@ -624,14 +732,23 @@ def _compare_in(entry, data, stage: Path, state: dict, *, seed, progress, fresh_
                 for q, v in rec["vs_reference"].items():
                     if floor is not None and q in floor:
                         v["w1_scaled_floor"] = floor[q]["w1_scaled"]
+                    if q in invariants.SCALARS:  # per component (input): the summary quotes them
+                        v["mean"] = _component_means(inv[q])
+                        v["mean_reference"] = _component_means(ref_inv[q])
                 rec["vs_reference"]["reference_converged"] = ref_rec["reference"]["converged"]
     write_json(stage / "comparison.json", {"format": REPORT_FORMAT, "model": entry.name,
                                          "dataset": data.name, "split": data.split, "seed": seed,
+                                         "summary": summary_lines(records, ref_label),
                                          "methods": records})
     with step(f"report: plots and {stage.parent / 'report.html'}", progress):
         page = _html(entry, data, seed, records, results, ref_label, readings)
     write_text_atomic(stage / "report.html", page)
     return records, results
+
+
+def _component_means(da) -> list[float]:
+    """The posterior mean of each component of an invariant (chain, draw, ...) array."""
+    return [float(v) for v in np.ravel(da.mean(("chain", "draw")).values)]
 
 
 def _health_rows(d: dict) -> list[dict]:
@@ -760,6 +877,9 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
              f"<p>{html.escape(entry.description)}<br>n_train = {data.n_train}, "
              f"n_test = {data.n_test}, split {data.split}, seed {seed}. Metrics on the test set "
              "in original units of the target; MNLP and CRPS lower is better.</p>",
+             "<h2>Summary</h2><ul class='summary'>"
+             + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(records, ref_label))
+             + "</ul>",
              "<h2>Predictive metrics (test set)</h2>", _table(rows, cols)]
     if stops:
         parts += ["<h2>How each fit stopped</h2>",
@@ -855,12 +975,15 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
     else:
         parts.append(f"<p>No reference: n_train = {data.n_train} exceeds {REFERENCE_MAX_ROWS} "
                      "rows (use --subsample for a reference).</p>")
-    for title, png in _plots(results, records, data, ref_label, readings):
-        parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
-                     f"src='data:image/png;base64,{png}'>")
+    for title, png, *caption in _plots(results, records, data, ref_label, readings):
+        parts.append(f"<h2>{html.escape(title)}</h2>"
+                     + "".join(f"<p>{html.escape(c)}</p>" for c in caption)
+                     + f"<img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>")
     style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
              "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ccc;"
-             "padding:3px 8px;font-size:90%}")
+             "padding:3px 8px;font-size:90%}td.unreliable{color:#999}tr.noloo td{color:#666}"
+             "ul.summary{background:#f4f6fa;padding:8px 8px 8px 28px;border-left:4px solid "
+             "#4a6fa5}ul.summary li{margin:3px 0}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(entry.name)}"
             f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
 
@@ -967,6 +1090,7 @@ class Comparison:
     records: tuple[dict, ...]
     posteriors: Mapping[str, Posterior]
     folder: Path | None = None
+    summary: tuple[str, ...] = ()  # the report's opening lines (:func:`summary_lines`)
 
     @property
     def methods(self) -> list[str]:
@@ -1028,7 +1152,8 @@ class Comparison:
     def to_dict(self) -> dict:
         """What ``comparison.json`` holds."""
         return {"format": REPORT_FORMAT, "model": self.model, "dataset": self.dataset,
-                "split": self.split, "seed": self.seed, "methods": copy.deepcopy(list(self.records))}
+                "split": self.split, "seed": self.seed, "summary": list(self.summary),
+                "methods": copy.deepcopy(list(self.records))}
 
     def __repr__(self) -> str:
         label = self.reference_label
@@ -1060,7 +1185,8 @@ def read_comparison(folder: str | Path, posteriors: dict | None = None) -> Compa
         records = tuple(doc["methods"])
         labels = [r["method"] for r in records]
         return Comparison(doc["model"], doc["dataset"], int(doc["split"]), int(doc["seed"]),
-                          records, _Posteriors(labels, folder, posteriors or {}), folder)
+                          records, _Posteriors(labels, folder, posteriors or {}), folder,
+                          tuple(doc.get("summary", ())))
     except (KeyError, TypeError, ValueError) as e:
         raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
 
@@ -1068,4 +1194,4 @@ def read_comparison(folder: str | Path, posteriors: dict | None = None) -> Compa
 __all__ = ["REFERENCE_MAX_ROWS", "REPORT_FORMAT", "SMALL_SETTINGS", "Comparison",
            "budget", "compare", "compare_named", "methods_to_run", "modes_figure", "paths_record",
            "read_comparison", "reference_fit", "replicate_floor", "run_comparison", "small",
-           "summary_rows", "finished_methods"]
+           "summary_lines", "summary_rows", "finished_methods", "coverage_band"]
