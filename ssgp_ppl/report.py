@@ -21,6 +21,7 @@ import html
 import io
 import json
 import sys
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,9 +276,12 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
     if modes:
         figs.append(("Modes: the paths of multi-path fits (weight, LOO log score) and the "
                      "reference's modes (share of chains, mean log density)", modes))
-    marg = _marginals_plot(results, records, ref_label)
+    marg = _marginals_plot(results, records, ref_label, tuple(data.feature_names))
     if marg:
-        figs.append(("VI vs reference: posterior marginals of symmetry-invariant quantities", marg))
+        figs.append(("VI vs reference: posterior marginals of symmetry-invariant quantities",
+                     marg, f"Noise and signal sd, the frequency spread of each of the "
+                     f"{data.x_train.shape[1]} inputs ({', '.join(_input_names(data))}), f at "
+                     "three test points and the kernel at one lag."))
 
     traced = [(r, rec) for r, rec in zip(results, records, strict=True) if r.losses is not None
               and np.size(r.losses) > 1]
@@ -353,15 +357,25 @@ def _pit_plot(readings: dict[str, PITReading]) -> str:
         ax.set_xlabel("PIT value")
         ax.set_ylabel("ECDF − uniform CDF")
         ok = r.verdict.startswith("calibrated")
-        ax.set_title(f"{label}\n{r.verdict.split(';')[0]}", fontsize=9,
+        # wrapped to the panel's width: side by side, unwrapped titles ran into each other
+        ax.set_title("\n".join([*textwrap.wrap(label, 48),
+                                *textwrap.wrap(r.verdict.split(";")[0], 52)]), fontsize=8.5,
                      color="black" if ok else "tab:red")
     axes[0][0].legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
+    fig.tight_layout(w_pad=2.0)
     return _png(fig)
 
 
-def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: str) -> str | None:
-    """Histograms of each method's draws of the scalar invariants and a few f* components."""
+def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: str,
+                    names: tuple = ()) -> str | None:
+    fig = _marginals_figure(results, records, ref_label, names)
+    return None if fig is None else _png(fig)
+
+
+def _marginals_figure(results: list[Posterior], records: list[dict], ref_label: str,
+                      names: tuple = ()):
+    """Histograms of each method's draws of the scalar invariants (every input's frequency
+    spread, named by ``names``, the data's columns) and a few f* components."""
     import matplotlib.pyplot as plt
 
     with_draws = [(r, rec) for r, rec in zip(results, records, strict=True)
@@ -374,13 +388,15 @@ def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: st
     n_test, lag = inv0.sizes["test"], inv0.sizes["lag"] // 4
     panels = [("noise", {}, "noise sd σ_n (units of y)"),
               ("signal", {}, "signal sd σ_s (units of y)")]
-    panels += [("frequency_spread", {"input": j}, f"frequency spread, input {j} "
-                "(1 / effective lengthscale, scaled inputs)")
-               for j in range(min(inv0.sizes["input"], 4))]
+    d = inv0.sizes["input"]
+    names = [str(v) for v in names] if len(names) == d else [f"input {j}" for j in range(d)]
+    panels += [("frequency_spread", {"input": j}, f"frequency spread, {_short(names[j])}\n"
+                "(1 / effective lengthscale, scaled inputs)") for j in range(d)]
     panels += [("f_test", {"test": int(i)}, f"f at test point {int(i)} (units of y)")
                for i in np.linspace(0, n_test - 1, 3).round()]
-    panels += [("kernel", {"input": 0, "lag": lag}, "kernel k(τ e₀) at lag "
-                f"{float(inv0['lag'][lag]) if 'lag' in inv0.coords else lag:g} (units of y²)")]
+    at = float(inv0["lag"][lag]) if "lag" in inv0.coords else lag
+    panels += [("kernel", {"input": 0, "lag": lag},
+                f"kernel k(τ e) along {_short(names[0])}, lag {at:g} (units of y²)")]
     cols = 3
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.1 * rows + 0.6), squeeze=False)
@@ -406,12 +422,26 @@ def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: st
     fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=len(handles),
                fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.1 * rows + 0.6)))
-    return _png(fig)
+    return fig
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
+
+
+def _input_names(data: Dataset) -> list[str]:
+    """The data's input columns (``input j`` where it has no names)."""
+    d = np.shape(data.x_train)[1]
+    names = tuple(data.feature_names or ())
+    return [str(v) for v in names] if len(names) == d else [f"input {j}" for j in range(d)]
+
+
+def _short(name: str, width: int = 28) -> str:
+    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 def _table(rows: list[dict], cols: list[str]) -> str:
-    def fmt(v):
-        return f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
+    fmt = _fmt
 
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{fmt(r.get(c, ''))}</td>" for c in cols) + "</tr>"
