@@ -39,6 +39,8 @@ from ssgp_ppl.calibration import (
     RUNS_RHAT,
     PITReading,
     chain_loo,
+    has_loo,
+    is_vi,
     loo_summary,
     pit_reading,
     reference_health,
@@ -500,7 +502,25 @@ def _evaluate_record(r, label: str, data: Dataset, y_test, readings: dict) -> di
         rec["loo"], pits = loo
         readings[label]["loo"] = pit_reading(pits)
         rec["loo_pit_reading"] = readings[label]["loo"].verdict
+    else:
+        rec["loo_missing"] = _loo_missing(r)
     return rec
+
+
+def _loo_missing(r: Posterior) -> str:
+    """Why a fit has no PSIS-LOO (:func:`~ssgp_ppl.calibration.loo_summary` returned None)."""
+    dt = r.datatree
+    if r.info.paths:
+        return (f"a mixture of {r.info.paths} paths has no single density ratio p/q for PSIS; "
+                "its stacked LOO log score is in its paths table")
+    if not has_loo(dt):
+        if "log_likelihood" not in dt.children:
+            return ("no pointwise log-likelihood (a closed-form predictive or point estimate: "
+                    "no draws of the weights s)")
+        return "fewer than 25 draws: too few for PSIS's Pareto tail"
+    if not is_vi(dt):
+        return "draws neither from a sampler nor from a VI q with its log density: no valid ratios"
+    return "not computed"
 
 
 def _gold_record(g) -> dict:
@@ -897,6 +917,38 @@ def _paths_contrast(records: list[dict]) -> list[str]:
             f"{', '.join(str(k) for k in f['paths']['pareto_k_bad'])} (paths).</p>"]
 
 
+LOO_UNRELIABLE = 0.7  # share of rows with k̂ > good_k above which an elpd is shown as unreliable
+
+
+def _loo_section(rows: list[dict], records: list[dict]) -> list[str]:
+    """The PSIS-LOO table: a row per method; the reason where a method has none; an elpd whose
+    k̂ exceeds good_k on more than LOO_UNRELIABLE of the rows greyed and marked unreliable."""
+    cols = ["elpd_loo", "se", "p_loo", "pareto_k_max", "pareto_k_bad_frac", "good_k", "corrected"]
+    head = "".join(f"<th>{c}</th>" for c in ["method", *cols])
+    body = []
+    for row, r in zip(rows, records, strict=True):
+        name = f"<td>{html.escape(row['method'])}</td>"
+        if "loo" not in r:
+            why = html.escape(r.get("loo_missing", "not computed"))
+            body.append(f"<tr class='noloo'>{name}<td colspan='{len(cols)}'>no PSIS-LOO: "
+                        f"{why}</td></tr>")
+            continue
+        d = r["loo"]
+        cells = [f"<td>{_fmt(d[c])}</td>" for c in cols]
+        if d["pareto_k_bad_frac"] > LOO_UNRELIABLE:
+            cells[0] = (f"<td class='unreliable'><s>{_fmt(d['elpd_loo'])}</s> unreliable (k̂ &gt; "
+                        f"good_k on {d['pareto_k_bad_frac']:.0%} of rows)</td>")
+            cells[1] = f"<td class='unreliable'>{_fmt(d['se'])}</td>"
+        body.append(f"<tr>{name}{''.join(cells)}</tr>")
+    return ["<h2>PSIS-LOO on the training rows</h2>",
+            "<p>Σᵢ log p(yᵢ | y₋ᵢ) in standardised units of y, one row per method. VI draws use "
+            "<code>loo_approximate_posterior</code> (importance ratios p(θ, y) / q(θ)); Pareto "
+            "k̂ above good_k flags rows where the draws are too far from the leave-one-out "
+            f"posterior for the estimate to be trusted; above {LOO_UNRELIABLE:.0%} of rows the "
+            "elpd is struck through: it is not a usable number.</p>",
+            f"<table><tr>{head}</tr>{''.join(body)}</table>"]
+
+
 def _html(entry, data, seed, records, results, ref_label, readings) -> str:
     cols = ["method", "rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90",
             "fit_seconds", "predict_seconds"]
@@ -935,13 +987,7 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
         for row, r in zip(rows, records, strict=True)]
     parts += ["<h2>Coverage of central intervals (nominal vs empirical, test set)</h2>",
               _table(cov, list(cov[0]))]
-    loo = [{"method": row["method"], **r["loo"]} for row, r in zip(rows, records, strict=True)
-           if "loo" in r]
-    if loo:
-        parts += ["<h2>PSIS-LOO on the training rows</h2>",
-                  "<p>VI draws use <code>loo_approximate_posterior</code> (importance ratios "
-                  "p(θ, y) / q(θ)); Pareto k̂ above good_k flags rows where q is too far from the "
-                  "posterior for the estimate to be trusted.</p>", _table(loo, list(loo[0]))]
+    parts += _loo_section(rows, records)
     for r in records:
         if "paths" in r:
             parts += _paths_section(r)

@@ -3,6 +3,7 @@ HTML embeds every plot; an unconverged reference is labelled wherever it is used
 
 import json
 import re
+from html import escape
 
 import numpy as np
 import pytest
@@ -55,6 +56,32 @@ def test_compare_report_sections(pendulum, tmp_path):
     # by another route: each chain's PSIS-LOO with s drawn (measured 0.7 and 0.0 nats apart)
     np.testing.assert_allclose(c["loo"], h["chain_loo"], atol=3.0)
     assert "−mean log density of the chain" in html and ">inf<" not in html
+    # the summary leads the page: the reference's verdict and the best method by test MNLP,
+    # each from the records the tables show, and the same lines in comparison.json
+    best = min(saved["methods"], key=lambda r: r["mnlp"])
+    label = "smc" if best is ref else best["method"]
+    lines = saved["summary"]
+    assert lines[0].startswith("Reference: smc computed here, " + (
+        "CONVERGED" if h["converged"] else "NOT CONVERGED ("))
+    assert lines[1].startswith(f"Best test predictions: {label}") and \
+        f"MNLP {best['mnlp']:.4g} nats" in lines[1]
+    assert html.index("<h2>Summary</h2>") < html.index("<table")
+    for line in lines:
+        assert escape(line) in html
+    # the largest distance to the reference, in units of its replicate floor
+    ratios = [v["w1_scaled"] / v["w1_scaled_floor"] for r in (one, svi)  # the VI fits
+              for v in r.get("vs_reference", {}).values()
+              if isinstance(v, dict) and (v.get("w1_scaled_floor") or 0) > 0
+              and np.isfinite(v["w1_scaled"]) and np.isfinite(v["w1_scaled_floor"])]
+    assert ratios
+    worst = f"{max(ratios):.3g}× the reference's replicate floor"
+    assert any(worst in line for line in lines), (worst, lines)
+    # PSIS-LOO: one row per method, the stacked mixtures with the reason they have none
+    table = html[html.index("<h2>PSIS-LOO"):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") + table.count("<tr class='noloo'>") == 1 + len(saved["methods"])
+    assert table.count("no PSIS-LOO: a mixture of 2 paths") == 2
+    assert svi["loo_missing"].startswith("a mixture of 2 paths")
     # each record's PIT reading is the reading of its saved test PIT values
     from ssgp_ppl.calibration import pit_reading
 
