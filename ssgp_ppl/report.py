@@ -852,11 +852,21 @@ def _paths_section(r: dict) -> list[str]:
     prose."""
     d = r["paths"]
     chains = all(k == "log_density" for k in d["objective_kind"])
+    def cell(v, mark):  # a value the path does not have: blank, with its footnote mark
+        return v if v is not None and np.isfinite(v) else mark
+
     tab = [{"chain" if chains else "path": k, "weight": d["weights"][k],
             "loo_log_score": d["loo"][k], "loo −elpd per row": d["loo_per_row"][k],
-            "rows k̂ > good_k": d["pareto_k_bad"][k], "final_objective": d["objective"][k],
-            "objective is": OBJECTIVE_KINDS[d["objective_kind"][k]], "noise_sd": d["noise"][k]}
-           for k in range(len(d["weights"]))]
+            "rows k̂ > good_k": d["pareto_k_bad"][k],
+            "final_objective": cell(d["objective"][k], "—*"),
+            "objective is": OBJECTIVE_KINDS[d["objective_kind"][k]],
+            "noise_sd": cell(d["noise"][k], "—†")} for k in range(len(d["weights"]))]
+    notes = []
+    if any(row["final_objective"] == "—*" for row in tab):
+        notes.append("* no objective: the path has neither a loss trace nor a log density of "
+                     "its draws.")
+    if any(row["noise_sd"] == "—†" for row in tab):
+        notes.append("† no noise sd: σ_n is not among the path's sampled or fitted sites.")
     if chains:
         what = ("Each path is one chain of the reference, stacked as if it were a run of its own "
                 "(Yao, Vehtari & Gelman 2022). A chain has no loss: its final_objective is minus "
@@ -877,7 +887,8 @@ def _paths_section(r: dict) -> list[str]:
             "an unreliable, typically optimistic estimate. noise_sd: the path's posterior mean "
             f"σ_n, original units. Mixture: {d['stacked_loo']:.2f} (−elpd per row "
             f"{d['stacked_loo_per_row']:.3f}; its test MNLP {r['mnlp']:.3f}).</p>",
-            _table(tab, list(tab[0]))]
+            _table(tab, list(tab[0]))] + ([f"<p><small>{html.escape(' '.join(notes))}</small></p>"]
+                                          if notes else [])
 
 
 def _paths_contrast(records: list[dict]) -> list[str]:
