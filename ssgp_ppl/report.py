@@ -252,7 +252,11 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
         ax.set_title(f"{_label(rec, ref_label)}: test predictions", fontsize=9)
         ax.set_xlabel("test point (sorted by first method's mean)")
     axes[0][0].legend(fontsize=7)
-    figs.append(("Predictive bands on the test set", _png(fig)))
+    function = _function_plot(results, records, data, ref_label)
+    if function:
+        figs.append(function)
+    figs.append(("Predictive bands on the test set, points sorted by the first method's mean",
+                 _png(fig)))
 
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     for rec in records:  # the curves compare() already computed
@@ -305,6 +309,95 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
         fig.tight_layout()
         figs.append(("Loss traces", _png(fig)))
     return figs
+
+
+PD_INPUTS = 8  # the fitted-function figure's panels: the first inputs, at most this many
+PD_GRID = 25  # grid values of each input
+PD_ROWS = 60  # test rows the partial dependence averages over (evenly spaced when there are more)
+
+
+def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
+                   ref_label: str) -> tuple[str, str, str] | None:
+    """(title, png, caption) of the fitted function: for one input, each method's predictive mean and
+    90% band with the test data; for several, the partial dependence on each of the first
+    PD_INPUTS inputs (the predictive mean averaged over test rows with that input set to a grid
+    value; the band: the rows' 5% and 95% predictive quantiles, mean ± 1.645 sd, averaged)."""
+    import matplotlib.pyplot as plt
+
+    x_std = np.asarray(data.x_test, np.float64)
+    x_all = np.concatenate([np.asarray(data.x_train, np.float64), x_std])
+    x_raw = np.asarray(data.x_scaler.inverse(x_std))
+    y = np.asarray(data.y_scaler.inverse(data.y_test))
+    n, d = x_std.shape
+    names = _input_names(data)
+    rows = x_std if n <= PD_ROWS else x_std[np.linspace(0, n - 1, PD_ROWS).round().astype(int)]
+    shown = min(d, PD_INPUTS)
+    curves, skipped = {}, []  # label -> [(grid_raw, mean, lo, hi)] per input
+    for r, rec in zip(results, records, strict=True):
+        label = _label(rec, ref_label)
+        try:
+            per_input = []
+            for j in range(shown):
+                grid = np.linspace(x_all[:, j].min(), x_all[:, j].max(), PD_GRID)
+                xs = rows if d > 1 else grid[:, None]
+                if d > 1:
+                    xs = np.repeat(rows[None], PD_GRID, axis=0)
+                    xs[:, :, j] = grid[:, None]
+                    xs = xs.reshape(-1, d)
+                p = r.predict_standardised(xs)
+                m, sd = np.asarray(p.mean), np.sqrt(np.asarray(p.var))
+                k = 1 if d == 1 else len(rows)
+                m, lo, hi = (v.reshape(PD_GRID, k).mean(1) for v in
+                             (m, m - 1.645 * sd, m + 1.645 * sd))
+                g = np.zeros((PD_GRID, d))
+                g[:, j] = grid
+                per_input.append((np.asarray(data.x_scaler.inverse(g))[:, j], m, lo, hi))
+            curves[label] = per_input
+        except (SSGPError, ValueError, TypeError, NotImplementedError) as e:
+            skipped.append(f"{label} ({type(e).__name__}: {str(e)[:80]})")
+    if not curves:
+        return None
+    cols = min(shown, 4)
+    nrows = -(-shown // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.4 * cols, 3.4 * nrows + 0.5), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for j, ax in enumerate(axes.flat):
+        if j >= shown:
+            ax.axis("off")
+            continue
+        ax.plot(x_raw[:, j], y, ".", ms=3, color="k", label="test data")
+        for c, (label, per_input) in enumerate(curves.items()):
+            g, m, lo, hi = per_input[j]
+            colour = colours[c % len(colours)]
+            ax.plot(g, m, lw=1.4, color=colour, label=label)
+            ax.fill_between(g, lo, hi, color=colour, alpha=0.06)
+            for edge in (lo, hi):  # edges drawn: the methods' bands overlap
+                ax.plot(g, edge, lw=0.8, ls="--", color=colour)
+        ax.set_xlabel(_short(names[j]))
+        ax.set_ylabel(str(getattr(data, "target_name", "y")) or "y")
+        ax.tick_params(labelsize=8)
+    handles: dict = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
+    fig.legend(list(handles.values()), list(handles), loc="upper center",
+               ncol=min(len(handles), 4), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / (3.4 * nrows + 0.5)))
+    if d == 1:
+        caption = ("The fitted function: each method's predictive mean (line) and 90% interval "
+                   "(band, mean ± 1.645 sd) against the input, with the test data")
+    else:
+        caption = (f"The fitted function, partial dependence on {shown} of the {d} inputs "
+                   f"({', '.join(names[:shown])})"
+                   + ("" if shown == d else f" (the first {shown}; the other {d - shown} not "
+                      "shown)") + f": the predictive mean averaged over {len(rows)} test rows "
+                   "with that input set to each grid value, the others as they are (line); band: "
+                   "the rows' 5% and 95% predictive quantiles (mean ± 1.645 sd) averaged the "
+                   "same way, not a quantile of the average; dots: the test data against that "
+                   "input")
+    if skipped:
+        caption += "; not shown: " + ", ".join(skipped)
+    return "The fitted function", _png(fig), caption + "."
 
 
 def _modes_plot(records: list[dict], ref_label: str) -> str | None:
