@@ -521,6 +521,8 @@ def _marginals_figure(results: list[Posterior], records: list[dict], ref_label: 
 
 
 def _fmt(v) -> str:
+    if isinstance(v, list) and v and all(isinstance(x, float) for x in v):  # per component
+        return ", ".join(f"{x:.4g}" for x in v)
     return f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
 
 
@@ -1145,7 +1147,9 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
                       "reference's own chains (its replicate floor: a distance below ~2× the floor "
                       "is noise); KL(VI ‖ reference) by nearest neighbours; std ratio sd_VI / "
                       "sd_ref (median, min, max over components; below 1 VI understates "
-                      "uncertainty).</p>", _table(vs, list(vs[0]))]
+                      "uncertainty); mean, mean_reference: the posterior means of noise, signal "
+                      "and each input's frequency spread, VI's and the reference's.</p>",
+                      _table(vs, list(dict.fromkeys(k for row in vs for k in row)))]
     elif not entry.latent_sites:
         parts.append("<p>No reference: this entry has no latent variables (all its "
                      "parameters are type-II point estimates).</p>")
