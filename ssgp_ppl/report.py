@@ -359,7 +359,8 @@ def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
         return None
     cols = min(shown, 4)
     nrows = -(-shown // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.4 * cols, 3.4 * nrows + 0.5), squeeze=False)
+    width = 4.4 * cols if cols > 1 else 8.0  # one input: one wide panel
+    fig, axes = plt.subplots(nrows, cols, figsize=(width, 3.4 * nrows + 0.5), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for j, ax in enumerate(axes.flat):
         if j >= shown:
