@@ -21,6 +21,7 @@ import html
 import io
 import json
 import sys
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ from ssgp_ppl.calibration import (
     RUNS_RHAT,
     PITReading,
     chain_loo,
+    has_loo,
+    is_vi,
     loo_summary,
     pit_reading,
     reference_health,
@@ -123,8 +126,116 @@ def _label(rec: dict, ref_label: str) -> str:
     return ref_label if "reference" in rec and ref_label else rec["method"]
 
 
+COVERAGE_BAND = 0.99  # the summary flags a 90% interval whose test coverage leaves this binomial band
+NAMES = {"noise": "noise sd", "signal": "signal sd", "frequency_spread": "frequency spread",
+         "kernel": "kernel", "f_test": "f at the test points"}
+
+
+def coverage_band(n: int, level: float = 0.9, band: float = COVERAGE_BAND) -> tuple[float, float]:
+    """The central ``band`` interval of the share of n test rows inside a calibrated ``level``
+    interval (binomial(n, level) / n)."""
+    from scipy.stats import binom
+
+    a = (1 - band) / 2
+    return float(binom.ppf(a, n, level) / n), float(binom.isf(a, n, level) / n)
+
+
+def _reference_verdict(rec: dict) -> str:
+    """The reference's label and verdict in one sentence."""
+    d = rec["reference"]
+    reasons = "; ".join(d.get("reasons") or [])
+    if d.get("source") == "gold":
+        head = f"Reference: the stored {d['label']}"
+        return head + ("." if d["converged"] else f": {reasons}." if reasons else ".")
+    if d["converged"]:
+        return f"Reference: {rec['method']} computed here, CONVERGED ({d['modes']} mode(s))."
+    return (f"Reference: {rec['method']} computed here, NOT CONVERGED ({reasons}); every "
+            "comparison with it is against an unreliable reference.")
+
+
+def _positive_number(v, zero: bool = False) -> bool:
+    return isinstance(v, int | float) and np.isfinite(v) and (v >= 0 if zero else v > 0)
+
+
+def _is_vi_record(rec: dict) -> bool:
+    """A record of the entry's own fits, not the reference nor its stacked chains."""
+    chains = "paths" in rec and all(k == "log_density" for k in rec["paths"]["objective_kind"])
+    return "reference" not in rec and not chains
+
+
+def summary_lines(records: list[dict], ref_label: str = "") -> list[str]:
+    """The report's opening lines, each a number from the records the tables show: the
+    reference's verdict; the best method by test MNLP and its lead; the largest VI-vs-reference
+    distance on the invariant quantities in units of the reference's replicate floor; the fits
+    that stopped on their step budget; the methods whose 90% interval's test coverage leaves the
+    binomial 99% band of a calibrated one."""
+    lines = []
+    ref = next((r for r in records if "reference" in r), None)
+    if ref is not None:
+        lines.append(_reference_verdict(ref))
+    else:
+        lines.append("No reference in this comparison: the VI fits are compared on the test set "
+                     "only.")
+    scored = sorted((r for r in records if np.isfinite(r.get("mnlp", np.nan))),
+                    key=lambda r: r["mnlp"])
+    if scored:
+        b = scored[0]
+        line = (f"Best test predictions: {_label(b, ref_label)}, MNLP {b['mnlp']:.4g} nats per "
+                f"point (NMSE {b['nmse']:.4g}, 90% coverage {b['coverage_90']:.4g})")
+        s = scored[1] if len(scored) > 1 else None
+        if s is not None:
+            gap = s["mnlp"] - b["mnlp"]
+            line += (f"; next {_label(s, ref_label)} at {s['mnlp']:.4g}, {gap:.3g} nats per point "
+                     f"({gap * b['n_test']:.3g} over the {b['n_test']} test rows) behind")
+        vi = [r for r in scored if _is_vi_record(r)]
+        if vi and not _is_vi_record(b) and vi[0] is not s:
+            v = vi[0]
+            line += (f"; the best VI fit, {v['method']}, at {v['mnlp']:.4g} "
+                     f"({v['mnlp'] - b['mnlp']:.3g} nats per point behind)")
+        lines.append(line + ".")
+    worst = None
+    for r in filter(_is_vi_record, records):  # not the reference's own stacked chains
+        for q, v in r.get("vs_reference", {}).items():
+            if not isinstance(v, dict) or not _positive_number(v.get("w1_scaled_floor")) \
+                    or not _positive_number(v.get("w1_scaled"), zero=True):
+                continue
+            ratio = v["w1_scaled"] / v["w1_scaled_floor"]
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, r, q, v)
+    if worst is not None:
+        ratio, r, q, v = worst
+        means = ""
+        if v.get("mean") is not None and len(v["mean"]) == 1:
+            means = (f" (posterior mean {v['mean'][0]:.3g} against the reference's "
+                     f"{v['mean_reference'][0]:.3g}, sd ratio {v['std_ratio']:.2g})")
+        note = "" if ref is None or ref["reference"]["converged"] else \
+            " The reference did NOT converge, so this distance is against an unreliable target."
+        lines.append(f"Largest VI-vs-reference disagreement: {_label(r, ref_label)} on the "
+                     f"{NAMES.get(q, q)}{means}: W1 {v['w1_scaled']:.3g} reference sds, "
+                     f"{ratio:.3g}× the reference's replicate floor ({v['w1_scaled_floor']:.3g}; "
+                     f"below ~2× is Monte Carlo noise).{note}")
+    budget = [r for r in records if r.get("converged") is False]
+    if budget:
+        lines.append("Not converged when the fit ended: "
+                     + "; ".join(f"{_label(r, ref_label)}: {r.get('stop', 'step budget')}"
+                                 for r in budget) + ".")
+    off = []
+    for r in records:
+        if "coverage_90" not in r or not r.get("n_test"):
+            continue
+        lo, hi = coverage_band(int(r["n_test"]))
+        if not lo <= r["coverage_90"] <= hi:
+            off.append(f"{_label(r, ref_label)} {r['coverage_90']:.3g}")
+    if off:
+        n = records[0]["n_test"]
+        lo, hi = coverage_band(int(n))
+        lines.append(f"Test coverage of the 90% interval outside the binomial {COVERAGE_BAND:.0%} "
+                     f"band [{lo:.3g}, {hi:.3g}] for {n} rows: {', '.join(off)}.")
+    return lines
+
+
 def _plots(results: list[Posterior], records: list[dict], data: Dataset,
-           ref_label: str, readings: dict) -> list[tuple[str, str]]:
+           ref_label: str, readings: dict) -> list[tuple[str, ...]]:
     import matplotlib.pyplot as plt  # the backend is the caller's (a notebook keeps its inline one)
 
     y = np.asarray(data.y_scaler.inverse(data.y_test))
@@ -141,7 +252,11 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
         ax.set_title(f"{_label(rec, ref_label)}: test predictions", fontsize=9)
         ax.set_xlabel("test point (sorted by first method's mean)")
     axes[0][0].legend(fontsize=7)
-    figs.append(("Predictive bands on the test set", _png(fig)))
+    function = _function_plot(results, records, data, ref_label)
+    if function:
+        figs.append(function)
+    figs.append(("Predictive bands on the test set, points sorted by the first method's mean",
+                 _png(fig)))
 
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     for rec in records:  # the curves compare() already computed
@@ -167,9 +282,12 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
     if modes:
         figs.append(("Modes: the paths of multi-path fits (weight, LOO log score) and the "
                      "reference's modes (share of chains, mean log density)", modes))
-    marg = _marginals_plot(results, records, ref_label)
+    marg = _marginals_plot(results, records, ref_label, tuple(data.feature_names))
     if marg:
-        figs.append(("VI vs reference: posterior marginals of symmetry-invariant quantities", marg))
+        figs.append(("VI vs reference: posterior marginals of symmetry-invariant quantities",
+                     marg, f"Noise and signal sd, the frequency spread of each of the "
+                     f"{data.x_train.shape[1]} inputs ({', '.join(_input_names(data))}), f at "
+                     "three test points and the kernel at one lag."))
 
     traced = [(r, rec) for r, rec in zip(results, records, strict=True) if r.losses is not None
               and np.size(r.losses) > 1]
@@ -191,6 +309,96 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
         fig.tight_layout()
         figs.append(("Loss traces", _png(fig)))
     return figs
+
+
+PD_INPUTS = 8  # the fitted-function figure's panels: the first inputs, at most this many
+PD_GRID = 25  # grid values of each input
+PD_ROWS = 60  # test rows the partial dependence averages over (evenly spaced when there are more)
+
+
+def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
+                   ref_label: str) -> tuple[str, str, str] | None:
+    """(title, png, caption) of the fitted function: for one input, each method's predictive mean and
+    90% band with the test data; for several, the partial dependence on each of the first
+    PD_INPUTS inputs (the predictive mean averaged over test rows with that input set to a grid
+    value; the band: the rows' 5% and 95% predictive quantiles, mean ± 1.645 sd, averaged)."""
+    import matplotlib.pyplot as plt
+
+    x_std = np.asarray(data.x_test, np.float64)
+    x_all = np.concatenate([np.asarray(data.x_train, np.float64), x_std])
+    x_raw = np.asarray(data.x_scaler.inverse(x_std))
+    y = np.asarray(data.y_scaler.inverse(data.y_test))
+    n, d = x_std.shape
+    names = _input_names(data)
+    rows = x_std if n <= PD_ROWS else x_std[np.linspace(0, n - 1, PD_ROWS).round().astype(int)]
+    shown = min(d, PD_INPUTS)
+    curves, skipped = {}, []  # label -> [(grid_raw, mean, lo, hi)] per input
+    for r, rec in zip(results, records, strict=True):
+        label = _label(rec, ref_label)
+        try:
+            per_input = []
+            for j in range(shown):
+                grid = np.linspace(x_all[:, j].min(), x_all[:, j].max(), PD_GRID)
+                xs = rows if d > 1 else grid[:, None]
+                if d > 1:
+                    xs = np.repeat(rows[None], PD_GRID, axis=0)
+                    xs[:, :, j] = grid[:, None]
+                    xs = xs.reshape(-1, d)
+                p = r.predict_standardised(xs)
+                m, sd = np.asarray(p.mean), np.sqrt(np.asarray(p.var))
+                k = 1 if d == 1 else len(rows)
+                m, lo, hi = (v.reshape(PD_GRID, k).mean(1) for v in
+                             (m, m - 1.645 * sd, m + 1.645 * sd))
+                g = np.zeros((PD_GRID, d))
+                g[:, j] = grid
+                per_input.append((np.asarray(data.x_scaler.inverse(g))[:, j], m, lo, hi))
+            curves[label] = per_input
+        except (SSGPError, ValueError, TypeError, NotImplementedError) as e:
+            skipped.append(f"{label} ({type(e).__name__}: {str(e)[:80]})")
+    if not curves:
+        return None
+    cols = min(shown, 4)
+    nrows = -(-shown // cols)
+    width = 4.4 * cols if cols > 1 else 8.0  # one input: one wide panel
+    fig, axes = plt.subplots(nrows, cols, figsize=(width, 3.4 * nrows + 0.5), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for j, ax in enumerate(axes.flat):
+        if j >= shown:
+            ax.axis("off")
+            continue
+        ax.plot(x_raw[:, j], y, ".", ms=3, color="k", label="test data")
+        for c, (label, per_input) in enumerate(curves.items()):
+            g, m, lo, hi = per_input[j]
+            colour = colours[c % len(colours)]
+            ax.plot(g, m, lw=1.4, color=colour, label=label)
+            ax.fill_between(g, lo, hi, color=colour, alpha=0.06)
+            for edge in (lo, hi):  # edges drawn: the methods' bands overlap
+                ax.plot(g, edge, lw=0.8, ls="--", color=colour)
+        ax.set_xlabel(_short(names[j]))
+        ax.set_ylabel(str(getattr(data, "target_name", "y")) or "y")
+        ax.tick_params(labelsize=8)
+    handles: dict = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
+    fig.legend(list(handles.values()), list(handles), loc="upper center",
+               ncol=min(len(handles), 4), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / (3.4 * nrows + 0.5)))
+    if d == 1:
+        caption = ("The fitted function: each method's predictive mean (line) and 90% interval "
+                   "(band, mean ± 1.645 sd) against the input, with the test data")
+    else:
+        caption = (f"The fitted function, partial dependence on {shown} of the {d} inputs "
+                   f"({', '.join(names[:shown])})"
+                   + ("" if shown == d else f" (the first {shown}; the other {d - shown} not "
+                      "shown)") + f": the predictive mean averaged over {len(rows)} test rows "
+                   "with that input set to each grid value, the others as they are (line); band: "
+                   "the rows' 5% and 95% predictive quantiles (mean ± 1.645 sd) averaged the "
+                   "same way, not a quantile of the average; dots: the test data against that "
+                   "input")
+    if skipped:
+        caption += "; not shown: " + ", ".join(skipped)
+    return "The fitted function", _png(fig), caption + "."
 
 
 def _modes_plot(records: list[dict], ref_label: str) -> str | None:
@@ -245,15 +453,25 @@ def _pit_plot(readings: dict[str, PITReading]) -> str:
         ax.set_xlabel("PIT value")
         ax.set_ylabel("ECDF − uniform CDF")
         ok = r.verdict.startswith("calibrated")
-        ax.set_title(f"{label}\n{r.verdict.split(';')[0]}", fontsize=9,
+        # wrapped to the panel's width: side by side, unwrapped titles ran into each other
+        ax.set_title("\n".join([*textwrap.wrap(label, 48),
+                                *textwrap.wrap(r.verdict.split(";")[0], 52)]), fontsize=8.5,
                      color="black" if ok else "tab:red")
     axes[0][0].legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
+    fig.tight_layout(w_pad=2.0)
     return _png(fig)
 
 
-def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: str) -> str | None:
-    """Histograms of each method's draws of the scalar invariants and a few f* components."""
+def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: str,
+                    names: tuple = ()) -> str | None:
+    fig = _marginals_figure(results, records, ref_label, names)
+    return None if fig is None else _png(fig)
+
+
+def _marginals_figure(results: list[Posterior], records: list[dict], ref_label: str,
+                      names: tuple = ()):
+    """Histograms of each method's draws of the scalar invariants (every input's frequency
+    spread, named by ``names``, the data's columns) and a few f* components."""
     import matplotlib.pyplot as plt
 
     with_draws = [(r, rec) for r, rec in zip(results, records, strict=True)
@@ -266,13 +484,15 @@ def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: st
     n_test, lag = inv0.sizes["test"], inv0.sizes["lag"] // 4
     panels = [("noise", {}, "noise sd σ_n (units of y)"),
               ("signal", {}, "signal sd σ_s (units of y)")]
-    panels += [("frequency_spread", {"input": j}, f"frequency spread, input {j} "
-                "(1 / effective lengthscale, scaled inputs)")
-               for j in range(min(inv0.sizes["input"], 4))]
+    d = inv0.sizes["input"]
+    names = [str(v) for v in names] if len(names) == d else [f"input {j}" for j in range(d)]
+    panels += [("frequency_spread", {"input": j}, f"frequency spread, {_short(names[j])}\n"
+                "(1 / effective lengthscale, scaled inputs)") for j in range(d)]
     panels += [("f_test", {"test": int(i)}, f"f at test point {int(i)} (units of y)")
                for i in np.linspace(0, n_test - 1, 3).round()]
-    panels += [("kernel", {"input": 0, "lag": lag}, "kernel k(τ e₀) at lag "
-                f"{float(inv0['lag'][lag]) if 'lag' in inv0.coords else lag:g} (units of y²)")]
+    at = float(inv0["lag"][lag]) if "lag" in inv0.coords else lag
+    panels += [("kernel", {"input": 0, "lag": lag},
+                f"kernel k(τ e) along {_short(names[0])}, lag {at:g} (units of y²)")]
     cols = 3
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.1 * rows + 0.6), squeeze=False)
@@ -298,12 +518,28 @@ def _marginals_plot(results: list[Posterior], records: list[dict], ref_label: st
     fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=len(handles),
                fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.1 * rows + 0.6)))
-    return _png(fig)
+    return fig
+
+
+def _fmt(v) -> str:
+    if isinstance(v, list) and v and all(isinstance(x, float) for x in v):  # per component
+        return ", ".join(f"{x:.4g}" for x in v)
+    return f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
+
+
+def _input_names(data: Dataset) -> list[str]:
+    """The data's input columns (``input j`` where it has no names)."""
+    d = np.shape(data.x_train)[1]
+    names = tuple(data.feature_names or ())
+    return [str(v) for v in names] if len(names) == d else [f"input {j}" for j in range(d)]
+
+
+def _short(name: str, width: int = 28) -> str:
+    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 def _table(rows: list[dict], cols: list[str]) -> str:
-    def fmt(v):
-        return f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
+    fmt = _fmt
 
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{fmt(r.get(c, ''))}</td>" for c in cols) + "</tr>"
@@ -362,7 +598,25 @@ def _evaluate_record(r, label: str, data: Dataset, y_test, readings: dict) -> di
         rec["loo"], pits = loo
         readings[label]["loo"] = pit_reading(pits)
         rec["loo_pit_reading"] = readings[label]["loo"].verdict
+    else:
+        rec["loo_missing"] = _loo_missing(r)
     return rec
+
+
+def _loo_missing(r: Posterior) -> str:
+    """Why a fit has no PSIS-LOO (:func:`~ssgp_ppl.calibration.loo_summary` returned None)."""
+    dt = r.datatree
+    if r.info.paths:
+        return (f"a mixture of {r.info.paths} paths has no single density ratio p/q for PSIS; "
+                "its stacked LOO log score is in its paths table")
+    if not has_loo(dt):
+        if "log_likelihood" not in dt.children:
+            return ("no pointwise log-likelihood (a closed-form predictive or point estimate: "
+                    "no draws of the weights s)")
+        return "fewer than 25 draws: too few for PSIS's Pareto tail"
+    if not is_vi(dt):
+        return "draws neither from a sampler nor from a VI q with its log density: no valid ratios"
+    return "not computed"
 
 
 def _gold_record(g) -> dict:
@@ -624,14 +878,23 @@ def _compare_in(entry, data, stage: Path, state: dict, *, seed, progress, fresh_
                 for q, v in rec["vs_reference"].items():
                     if floor is not None and q in floor:
                         v["w1_scaled_floor"] = floor[q]["w1_scaled"]
+                    if q in invariants.SCALARS:  # per component (input): the summary quotes them
+                        v["mean"] = _component_means(inv[q])
+                        v["mean_reference"] = _component_means(ref_inv[q])
                 rec["vs_reference"]["reference_converged"] = ref_rec["reference"]["converged"]
     write_json(stage / "comparison.json", {"format": REPORT_FORMAT, "model": entry.name,
                                          "dataset": data.name, "split": data.split, "seed": seed,
+                                         "summary": summary_lines(records, ref_label),
                                          "methods": records})
     with step(f"report: plots and {stage.parent / 'report.html'}", progress):
         page = _html(entry, data, seed, records, results, ref_label, readings)
     write_text_atomic(stage / "report.html", page)
     return records, results
+
+
+def _component_means(da) -> list[float]:
+    """The posterior mean of each component of an invariant (chain, draw, ...) array."""
+    return [float(v) for v in np.ravel(da.mean(("chain", "draw")).values)]
 
 
 def _health_rows(d: dict) -> list[dict]:
@@ -685,11 +948,21 @@ def _paths_section(r: dict) -> list[str]:
     prose."""
     d = r["paths"]
     chains = all(k == "log_density" for k in d["objective_kind"])
+    def cell(v, mark):  # a value the path does not have: blank, with its footnote mark
+        return v if v is not None and np.isfinite(v) else mark
+
     tab = [{"chain" if chains else "path": k, "weight": d["weights"][k],
             "loo_log_score": d["loo"][k], "loo −elpd per row": d["loo_per_row"][k],
-            "rows k̂ > good_k": d["pareto_k_bad"][k], "final_objective": d["objective"][k],
-            "objective is": OBJECTIVE_KINDS[d["objective_kind"][k]], "noise_sd": d["noise"][k]}
-           for k in range(len(d["weights"]))]
+            "rows k̂ > good_k": d["pareto_k_bad"][k],
+            "final_objective": cell(d["objective"][k], "—*"),
+            "objective is": OBJECTIVE_KINDS[d["objective_kind"][k]],
+            "noise_sd": cell(d["noise"][k], "—†")} for k in range(len(d["weights"]))]
+    notes = []
+    if any(row["final_objective"] == "—*" for row in tab):
+        notes.append("* no objective: the path has neither a loss trace nor a log density of "
+                     "its draws.")
+    if any(row["noise_sd"] == "—†" for row in tab):
+        notes.append("† no noise sd: σ_n is not among the path's sampled or fitted sites.")
     if chains:
         what = ("Each path is one chain of the reference, stacked as if it were a run of its own "
                 "(Yao, Vehtari & Gelman 2022). A chain has no loss: its final_objective is minus "
@@ -710,7 +983,8 @@ def _paths_section(r: dict) -> list[str]:
             "an unreliable, typically optimistic estimate. noise_sd: the path's posterior mean "
             f"σ_n, original units. Mixture: {d['stacked_loo']:.2f} (−elpd per row "
             f"{d['stacked_loo_per_row']:.3f}; its test MNLP {r['mnlp']:.3f}).</p>",
-            _table(tab, list(tab[0]))]
+            _table(tab, list(tab[0]))] + ([f"<p><small>{html.escape(' '.join(notes))}</small></p>"]
+                                          if notes else [])
 
 
 def _paths_contrast(records: list[dict]) -> list[str]:
@@ -750,6 +1024,38 @@ def _paths_contrast(records: list[dict]) -> list[str]:
             f"{', '.join(str(k) for k in f['paths']['pareto_k_bad'])} (paths).</p>"]
 
 
+LOO_UNRELIABLE = 0.7  # share of rows with k̂ > good_k above which an elpd is shown as unreliable
+
+
+def _loo_section(rows: list[dict], records: list[dict]) -> list[str]:
+    """The PSIS-LOO table: a row per method; the reason where a method has none; an elpd whose
+    k̂ exceeds good_k on more than LOO_UNRELIABLE of the rows greyed and marked unreliable."""
+    cols = ["elpd_loo", "se", "p_loo", "pareto_k_max", "pareto_k_bad_frac", "good_k", "corrected"]
+    head = "".join(f"<th>{c}</th>" for c in ["method", *cols])
+    body = []
+    for row, r in zip(rows, records, strict=True):
+        name = f"<td>{html.escape(row['method'])}</td>"
+        if "loo" not in r:
+            why = html.escape(r.get("loo_missing", "not computed"))
+            body.append(f"<tr class='noloo'>{name}<td colspan='{len(cols)}'>no PSIS-LOO: "
+                        f"{why}</td></tr>")
+            continue
+        d = r["loo"]
+        cells = [f"<td>{_fmt(d[c])}</td>" for c in cols]
+        if d["pareto_k_bad_frac"] > LOO_UNRELIABLE:
+            cells[0] = (f"<td class='unreliable'><s>{_fmt(d['elpd_loo'])}</s> unreliable (k̂ &gt; "
+                        f"good_k on {d['pareto_k_bad_frac']:.0%} of rows)</td>")
+            cells[1] = f"<td class='unreliable'>{_fmt(d['se'])}</td>"
+        body.append(f"<tr>{name}{''.join(cells)}</tr>")
+    return ["<h2>PSIS-LOO on the training rows</h2>",
+            "<p>Σᵢ log p(yᵢ | y₋ᵢ) in standardised units of y, one row per method. VI draws use "
+            "<code>loo_approximate_posterior</code> (importance ratios p(θ, y) / q(θ)); Pareto "
+            "k̂ above good_k flags rows where the draws are too far from the leave-one-out "
+            f"posterior for the estimate to be trusted; above {LOO_UNRELIABLE:.0%} of rows the "
+            "elpd is struck through: it is not a usable number.</p>",
+            f"<table><tr>{head}</tr>{''.join(body)}</table>"]
+
+
 def _html(entry, data, seed, records, results, ref_label, readings) -> str:
     cols = ["method", "rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90",
             "fit_seconds", "predict_seconds"]
@@ -760,6 +1066,9 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
              f"<p>{html.escape(entry.description)}<br>n_train = {data.n_train}, "
              f"n_test = {data.n_test}, split {data.split}, seed {seed}. Metrics on the test set "
              "in original units of the target; MNLP and CRPS lower is better.</p>",
+             "<h2>Summary</h2><ul class='summary'>"
+             + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(records, ref_label))
+             + "</ul>",
              "<h2>Predictive metrics (test set)</h2>", _table(rows, cols)]
     if stops:
         parts += ["<h2>How each fit stopped</h2>",
@@ -785,13 +1094,7 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
         for row, r in zip(rows, records, strict=True)]
     parts += ["<h2>Coverage of central intervals (nominal vs empirical, test set)</h2>",
               _table(cov, list(cov[0]))]
-    loo = [{"method": row["method"], **r["loo"]} for row, r in zip(rows, records, strict=True)
-           if "loo" in r]
-    if loo:
-        parts += ["<h2>PSIS-LOO on the training rows</h2>",
-                  "<p>VI draws use <code>loo_approximate_posterior</code> (importance ratios "
-                  "p(θ, y) / q(θ)); Pareto k̂ above good_k flags rows where q is too far from the "
-                  "posterior for the estimate to be trusted.</p>", _table(loo, list(loo[0]))]
+    parts += _loo_section(rows, records)
     for r in records:
         if "paths" in r:
             parts += _paths_section(r)
@@ -845,7 +1148,9 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
                       "reference's own chains (its replicate floor: a distance below ~2× the floor "
                       "is noise); KL(VI ‖ reference) by nearest neighbours; std ratio sd_VI / "
                       "sd_ref (median, min, max over components; below 1 VI understates "
-                      "uncertainty).</p>", _table(vs, list(vs[0]))]
+                      "uncertainty); mean, mean_reference: the posterior means of noise, signal "
+                      "and each input's frequency spread, VI's and the reference's.</p>",
+                      _table(vs, list(dict.fromkeys(k for row in vs for k in row)))]
     elif not entry.latent_sites:
         parts.append("<p>No reference: this entry has no latent variables (all its "
                      "parameters are type-II point estimates).</p>")
@@ -855,12 +1160,15 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
     else:
         parts.append(f"<p>No reference: n_train = {data.n_train} exceeds {REFERENCE_MAX_ROWS} "
                      "rows (use --subsample for a reference).</p>")
-    for title, png in _plots(results, records, data, ref_label, readings):
-        parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
-                     f"src='data:image/png;base64,{png}'>")
+    for title, png, *caption in _plots(results, records, data, ref_label, readings):
+        parts.append(f"<h2>{html.escape(title)}</h2>"
+                     + "".join(f"<p>{html.escape(c)}</p>" for c in caption)
+                     + f"<img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>")
     style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
              "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ccc;"
-             "padding:3px 8px;font-size:90%}")
+             "padding:3px 8px;font-size:90%}td.unreliable{color:#999}tr.noloo td{color:#666}"
+             "ul.summary{background:#f4f6fa;padding:8px 8px 8px 28px;border-left:4px solid "
+             "#4a6fa5}ul.summary li{margin:3px 0}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(entry.name)}"
             f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
 
@@ -967,6 +1275,7 @@ class Comparison:
     records: tuple[dict, ...]
     posteriors: Mapping[str, Posterior]
     folder: Path | None = None
+    summary: tuple[str, ...] = ()  # the report's opening lines (:func:`summary_lines`)
 
     @property
     def methods(self) -> list[str]:
@@ -1028,7 +1337,8 @@ class Comparison:
     def to_dict(self) -> dict:
         """What ``comparison.json`` holds."""
         return {"format": REPORT_FORMAT, "model": self.model, "dataset": self.dataset,
-                "split": self.split, "seed": self.seed, "methods": copy.deepcopy(list(self.records))}
+                "split": self.split, "seed": self.seed, "summary": list(self.summary),
+                "methods": copy.deepcopy(list(self.records))}
 
     def __repr__(self) -> str:
         label = self.reference_label
@@ -1060,7 +1370,8 @@ def read_comparison(folder: str | Path, posteriors: dict | None = None) -> Compa
         records = tuple(doc["methods"])
         labels = [r["method"] for r in records]
         return Comparison(doc["model"], doc["dataset"], int(doc["split"]), int(doc["seed"]),
-                          records, _Posteriors(labels, folder, posteriors or {}), folder)
+                          records, _Posteriors(labels, folder, posteriors or {}), folder,
+                          tuple(doc.get("summary", ())))
     except (KeyError, TypeError, ValueError) as e:
         raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
 
@@ -1068,4 +1379,4 @@ def read_comparison(folder: str | Path, posteriors: dict | None = None) -> Compa
 __all__ = ["REFERENCE_MAX_ROWS", "REPORT_FORMAT", "SMALL_SETTINGS", "Comparison",
            "budget", "compare", "compare_named", "methods_to_run", "modes_figure", "paths_record",
            "read_comparison", "reference_fit", "replicate_floor", "run_comparison", "small",
-           "summary_rows", "finished_methods"]
+           "summary_lines", "summary_rows", "finished_methods", "coverage_band"]

@@ -3,6 +3,7 @@ HTML embeds every plot; an unconverged reference is labelled wherever it is used
 
 import json
 import re
+from html import escape
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ def test_compare_report_sections(pendulum, tmp_path):
     assert all("w1_scaled_floor" in vs[q] for q in ("kernel", "f_test"))
     html = (tmp_path / "report.html").read_text()
     assert len(re.findall(r"<img alt='[^']+' src='data:image/png;base64,[A-Za-z0-9+/=]{500,}'>",
-                          html)) == 7  # with the modes panel
+                          html)) == 8  # with the modes panel and the fitted function
     assert ("NOT CONVERGED" in html) == (not h["converged"])
     # the stacked chains' rows carry what the VI paths' rows carry: a finite objective (minus the
     # chain's mean log density, labelled so), the chain's posterior mean noise sd and a LOO log
@@ -55,6 +56,32 @@ def test_compare_report_sections(pendulum, tmp_path):
     # by another route: each chain's PSIS-LOO with s drawn (measured 0.7 and 0.0 nats apart)
     np.testing.assert_allclose(c["loo"], h["chain_loo"], atol=3.0)
     assert "−mean log density of the chain" in html and ">inf<" not in html
+    # the summary leads the page: the reference's verdict and the best method by test MNLP,
+    # each from the records the tables show, and the same lines in comparison.json
+    best = min(saved["methods"], key=lambda r: r["mnlp"])
+    label = "smc" if best is ref else best["method"]
+    lines = saved["summary"]
+    assert lines[0].startswith("Reference: smc computed here, " + (
+        "CONVERGED" if h["converged"] else "NOT CONVERGED ("))
+    assert lines[1].startswith(f"Best test predictions: {label}") and \
+        f"MNLP {best['mnlp']:.4g} nats" in lines[1]
+    assert html.index("<h2>Summary</h2>") < html.index("<table")
+    for line in lines:
+        assert escape(line) in html
+    # the largest distance to the reference, in units of its replicate floor
+    ratios = [v["w1_scaled"] / v["w1_scaled_floor"] for r in (one, svi)  # the VI fits
+              for v in r.get("vs_reference", {}).values()
+              if isinstance(v, dict) and (v.get("w1_scaled_floor") or 0) > 0
+              and np.isfinite(v["w1_scaled"]) and np.isfinite(v["w1_scaled_floor"])]
+    assert ratios
+    worst = f"{max(ratios):.3g}× the reference's replicate floor"
+    assert any(worst in line for line in lines), (worst, lines)
+    # PSIS-LOO: one row per method, the stacked mixtures with the reason they have none
+    table = html[html.index("<h2>PSIS-LOO"):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") + table.count("<tr class='noloo'>") == 1 + len(saved["methods"])
+    assert table.count("no PSIS-LOO: a mixture of 2 paths") == 2
+    assert svi["loo_missing"].startswith("a mixture of 2 paths")
     # each record's PIT reading is the reading of its saved test PIT values
     from ssgp_ppl.calibration import pit_reading
 
@@ -91,3 +118,39 @@ def test_compare_budget_sets_every_method_it_runs():
     e = budget(load_entry("tan_va"), 315, steps=7)
     assert e.settings("ncvmp")["max_iter"] == 7
     assert budget(load_entry("ssgp"), 315, samples=30).config == load_entry("ssgp").config
+
+
+def test_compare_own_data_names_its_columns(tmp_path):
+    """A DataFrame with named columns: every input's frequency spread is drawn and captioned by
+    its column name, the fitted function's panels are labelled by them, and the summary names
+    the best method by test MNLP."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    import ssgp_ppl
+    from ssgp_ppl import report
+
+    rng = np.random.default_rng(3)
+    n = 150
+    df = pd.DataFrame({"speed_kmh": rng.uniform(0, 100, n), "load_kg": rng.uniform(1, 5, n),
+                       "slope_deg": rng.uniform(-5, 5, n)})
+    df["stop_m"] = (np.sin(df.speed_kmh / 20) + 0.3 * df.load_kg + 0.05 * df.slope_deg
+                    + rng.normal(0, 0.2, n))
+    comp = ssgp_ppl.compare("tan_va_svi", df, target="stop_m", out=tmp_path, small=True,
+                            progress=False)
+    page = (tmp_path / "report.html").read_text()
+    assert "frequency spread of each of the 3 inputs (speed_kmh, load_kg, slope_deg)" in page
+    assert "partial dependence on 3 of the 3 inputs (speed_kmh, load_kg, slope_deg)" in page
+    records = comp.to_dict()["methods"]
+    results = [comp.posteriors[r["method"]] for r in records]
+    fig = report._marginals_figure(results, records, comp.reference_label,
+                                   tuple(df.columns[:3]))
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [t.split("\n")[0] for t in titles if t.startswith("frequency spread")] == [
+        "frequency spread, speed_kmh", "frequency spread, load_kg", "frequency spread, slope_deg"]
+    best = min(records, key=lambda r: r["mnlp"])
+    assert comp.to_dict()["summary"][1].startswith(
+        f"Best test predictions: {report._label(best, comp.reference_label)}, MNLP "
+        f"{best['mnlp']:.4g}")
