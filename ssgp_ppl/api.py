@@ -94,7 +94,7 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         settings: dict | list[str] | None = None, split: int = 0, x_test=None, y_test=None,
         test=None, inputs=None, drop=None, dropna: bool = False, encode: str | None = None,
         dates: str | None = None, subsample: int | None = None, spectral_points=None,
-        force: bool = False, progress: bool = False) -> Posterior:
+        force: bool = False, progress: bool = True) -> Posterior:
     """Fit a catalog model and return its posterior.
 
     Parameters
@@ -136,7 +136,8 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     force
         Run a fit whose memory estimate exceeds the machine's (refused otherwise).
     progress
-        Show progress on stderr.
+        Show progress on stderr (bars of the steps, SMC temperatures and NUTS draws), as
+        NumPyro's SVI.run and MCMC do by default.
 
     Returns
     -------

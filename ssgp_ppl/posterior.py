@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
 SAVE_FORMAT = 2  # 2: FitInfo with the method's own info and the paths' as tables of their own;
 # a guide's settings in [inference.svi.<guide>] of the saved entry
 READ_FORMATS = (1, 2)  # 1: one flat FitInfo table (fitinfo.info_from_flat), flat guide settings
+REPR_METRICS = ("nmse", "rmse", "mnlp", "coverage_90", "error_rate", "mre")  # in repr(posterior)
 TEST_ARRAYS = ("mean", "var", "mean_f", "var_f", "var_y", "draws")
 STATE_GROUP = "ssgp_ppl_state"  # the group of a saved posterior that holds what predict needs
 CHECKSUM = "ssgp_ppl_sha256"  # the state group's attribute holding state_checksum(...)
@@ -133,6 +134,35 @@ class Posterior:
     @property
     def model(self) -> str:
         return self.entry.name
+
+    def _summary(self) -> dict:
+        """What a reader wants first: entry, method, data, draws, test scores, how it stopped."""
+        draws = next(iter(self.sites.values())).shape[:2] if self.sites else (0, 0)
+        out = {"model": self.entry.name, "method": self.method, "data": self.dataset,
+               "inputs": self.n_features, "draws": f"{draws[0]} × {draws[1]}"}
+        if self.metrics:
+            out.update({k: self.metrics[k] for k in REPR_METRICS if k in self.metrics})
+        stop = stop_text(self.info)
+        if stop is not None:
+            out["stop"] = stop
+        return out
+
+    def __repr__(self) -> str:
+        """One line per field of :meth:`_summary` (the draws and arrays are not printed)."""
+        def fmt(v):
+            return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+        body = "".join(f"\n  {k}: {fmt(v)}" for k, v in self._summary().items())
+        return f"Posterior({body}\n)"
+
+    def _repr_html_(self) -> str:
+        """A small table for notebooks (as xarray's rich repr)."""
+        import html
+
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>"
+                       f"{html.escape(f'{v:.4g}' if isinstance(v, float) else str(v))}</td></tr>"
+                       for k, v in self._summary().items())
+        return f"<b>ssgp_ppl Posterior</b><table>{rows}</table>"
 
     @property
     def n_features(self) -> int:

@@ -370,3 +370,18 @@ def test_an_edited_file_without_a_checksum_loads_or_is_refused_in_one_line(saved
         ssgp_ppl.load(bad)
     except SSGPError as e:
         _one_line(e)
+
+
+def test_repr_is_short_and_says_what_was_fitted_and_how_it_stopped():
+    """repr(post) is a few lines (entry, method, data, draws, test scores, how it stopped), never
+    the arrays; the notebook repr is the same as a table."""
+    import ssgp_ppl
+    from ssgp_ppl.posterior import stop_text
+
+    post = ssgp_ppl.fit("ssgp_fixed", data="autompg", settings={"m": 4, "ml.steps": 200})
+    text = repr(post)
+    assert len(text) < 800 and text.count("\n") < 14, text
+    assert "model: ssgp_fixed" in text and "method: ml" in text and "data: autompg" in text
+    assert f"nmse: {post.metrics['nmse']:.4g}" in text and f"stop: {stop_text(post.info)}" in text
+    html = post._repr_html_()
+    assert html.count("<tr>") == text.count("\n") - 1 and "ssgp_fixed" in html
