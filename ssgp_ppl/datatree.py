@@ -134,6 +134,10 @@ def assemble(*, sites: dict | None, chains: int, data, mean_f, var_f,
         if none:
             del inv["f_test"]
         dt["invariants"] = xr.DataTree(invariants.as_dataset(inv, chains))
+    names = [str(c) for c in getattr(data, "feature_names", ()) or ()]
+    if names and len(set(names)) == len(names) == np.shape(data.x_train)[1]:
+        for path in [n.path for n in dt.subtree if "input" in n.dims]:  # the columns by name
+            dt[path] = xr.DataTree(dt[path].to_dataset().assign_coords(input=names))
     dt.attrs.update(y_scale=scale, y_mean=shift,
                     x_mean=np.atleast_1d(np.asarray(data.x_scaler.mean, float)).tolist(),
                     x_scale=np.atleast_1d(np.asarray(data.x_scaler.scale, float)).tolist())

@@ -607,7 +607,7 @@ def _loo_missing(r: Posterior) -> str:
     """Why a fit has no PSIS-LOO (:func:`~ssgp_ppl.calibration.loo_summary` returned None)."""
     dt = r.datatree
     if r.info.paths:
-        return (f"a mixture of {r.info.paths} paths has no single density ratio p/q for PSIS; "
+        return (f"a mixture of {r.info.paths.count} paths has no single density ratio p/q for PSIS; "
                 "its stacked LOO log score is in its paths table")
     if not has_loo(dt):
         if "log_likelihood" not in dt.children:
