@@ -145,6 +145,11 @@ def test_test_file_rows_are_the_test_set_and_predict_takes_a_dataframe(tmp_path)
     assert post.datatree.attrs["inputs"][:2] == ["when", "colour=blue"]
     tree = xr.open_datatree(tmp_path / "post.nc", engine="h5netcdf")
     assert json.loads(tree.attrs["data_preparation"]) == prep
+    # the input dimension is labelled by the columns, in memory and saved
+    for t in (post.datatree, tree):
+        assert list(t["predictions_constant_data"]["x_test"].coords["input"].values) == \
+            list(post.datatree.attrs["inputs"])
+    assert post.datatree["posterior"]["frequencies"].sel(input="x").shape[-1] == 10
 
 
 def _rows(first: str, values) -> pd.DataFrame:
