@@ -599,13 +599,16 @@ def _evaluate_record(r, label: str, data: Dataset, y_test, readings: dict) -> di
         readings[label]["loo"] = pit_reading(pits)
         rec["loo_pit_reading"] = readings[label]["loo"].verdict
     else:
-        rec["loo_missing"] = _loo_missing(r)
+        rec["loo_missing"] = _loo_missing(r, gold=label.startswith("gold reference"))
     return rec
 
 
-def _loo_missing(r: Posterior) -> str:
+def _loo_missing(r: Posterior, gold: bool = False) -> str:
     """Why a fit has no PSIS-LOO (:func:`~ssgp_ppl.calibration.loo_summary` returned None)."""
     dt = r.datatree
+    if gold:
+        return ("a stored gold reference keeps its runs' pooled SMC particles without a sampler's "
+                "statistics: PSIS-LOO is not computed for it (its test scores are in the table above)")
     if r.info.paths:
         return (f"a mixture of {r.info.paths.count} paths has no single density ratio p/q for PSIS; "
                 "its stacked LOO log score is in its paths table")
