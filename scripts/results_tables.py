@@ -253,7 +253,9 @@ def gold_references() -> str:
              "(180,000 draws from the equal mixture of a multivariate-t mixture fitted to the "
              "particles and a t-kernel density estimate on them: a defensive proposal, "
              "Hesterberg 1995, that follows both a few elongated modes and a posterior spread "
-             "over many orthants) gives log Z with Pareto k̂ "
+             "over many orthants; two proposals, one fitted to every run's particles and one with "
+             "another seed to the stored pooled draws, the worst counting) gives log Z with "
+             "Pareto k̂ "
              f"**≤ {gold.IS_KHAT_MAX:g}** (Vehtari et al. 2024), and it lies within "
              f"**{gold.IS_MATCH:g}** nats of the runs' mean: agreeing runs could share a bias, "
              "an independent estimator could not share it.",

@@ -280,7 +280,10 @@ def test_hand_edited_run_json_and_checkpoint_are_refused(tmp_path, capsys):
 def test_semicolon_csv_reads(tmp_path):
     path = tmp_path / "semi.csv"
     path.write_text("a;b;y\n" + "\n".join(f"{i};{i * 2};{i % 5}" for i in range(30)) + "\n")
-    data = load(str(path))
+    from ssgp_ppl.errors import DataWarning
+
+    with pytest.warns(DataWarning, match="column 'a' counts the rows"):  # kept as an input
+        data = load(str(path))
     assert data.feature_names == ("a", "b") and data.n_train + data.n_test == 30
 
 
