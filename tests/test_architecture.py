@@ -22,6 +22,18 @@ def _modules():
         yield name, path, ast.parse(path.read_text(), filename=str(path))
 
 
+def _offenders(check, owner: str | None = None) -> dict:
+    """module -> what ``check(tree, source)`` finds there, over the package's modules but the
+    ``owner`` module (or package, by prefix) that may do it."""
+    out = {}
+    for name, path, tree in _modules():
+        if owner is not None and (name == owner or name.startswith(owner + ".")):
+            continue
+        hits = check(tree, path.read_text())
+        if hits:
+            out[name] = hits
+    return out
+
 def _method_name_comparisons(tree: ast.AST, source: str) -> list[str]:
     """Comparisons of an expression that mentions a method with a registered method's name."""
     names = set(methods.REGISTRY)
@@ -40,13 +52,7 @@ def _method_name_comparisons(tree: ast.AST, source: str) -> list[str]:
 
 
 def test_only_the_registry_compares_method_names():
-    offenders = {}
-    for name, path, tree in _modules():
-        if name.startswith("ssgp_ppl.methods"):
-            continue
-        hits = _method_name_comparisons(tree, path.read_text())
-        if hits:
-            offenders[name] = hits
+    offenders = _offenders(_method_name_comparisons, owner="ssgp_ppl.methods")
     assert not offenders, offenders
 
 
@@ -88,13 +94,7 @@ def _density_switches(tree: ast.AST, source: str) -> list[str]:
 
 
 def test_only_the_densities_module_switches_on_a_density():
-    offenders = {}
-    for name, path, tree in _modules():
-        if name == "ssgp_ppl.densities":
-            continue
-        hits = _density_switches(tree, path.read_text())
-        if hits:
-            offenders[name] = hits
+    offenders = _offenders(_density_switches, owner="ssgp_ppl.densities")
     assert not offenders, offenders
 
 
@@ -150,13 +150,8 @@ def _likelihood_names_spelled(tree: ast.AST) -> list[str]:
 
 
 def test_only_the_likelihood_module_switches_on_likelihood_names():
-    offenders = {}
-    for name, path, tree in _modules():
-        if name == "ssgp_ppl.likelihoods":
-            continue
-        hits = _likelihood_name_switches(tree, path.read_text()) + _likelihood_names_spelled(tree)
-        if hits:
-            offenders[name] = hits
+    offenders = _offenders(lambda tree, src: _likelihood_name_switches(tree, src)
+                           + _likelihood_names_spelled(tree), owner="ssgp_ppl.likelihoods")
     assert not offenders, offenders
 
 
@@ -334,11 +329,7 @@ def _guide_name_tests(tree: ast.AST, source: str) -> list[str]:
 def test_no_module_tests_a_guide_by_its_name():
     """A guide's abilities are its class attributes and methods (ssgp_ppl.guides); no module
     decides what a guide can do from its name."""
-    offenders = {}
-    for name, path, tree in _modules():
-        hits = _guide_name_tests(tree, path.read_text())
-        if hits:
-            offenders[name] = hits
+    offenders = _offenders(_guide_name_tests)
     assert not offenders, offenders
 
 
