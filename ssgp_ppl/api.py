@@ -44,9 +44,10 @@ def _positive(value, what: str) -> int | None:
 
 
 def _dataset(entry: CatalogEntry, data, x, y, *, target, split, x_test, y_test, test, table,
-             subsample) -> datasets.Dataset:
+             subsample, log_target=False) -> datasets.Dataset:
     """The data of a fit: ``data`` (a name, a file or a DataFrame) or the arrays ``x``, ``y``,
-    inputs scaled as the entry's ``[data] x_scaling`` says."""
+    inputs scaled as the entry's ``[data] x_scaling`` says, the target on its log scale with
+    ``log_target``."""
     lik = entry.lik
     scaling = entry.config["data"]["x_scaling"]
     if data is not None and (x is not None or y is not None):
@@ -56,7 +57,8 @@ def _dataset(entry: CatalogEntry, data, x, y, *, target, split, x_test, y_test, 
             raise SSGPError("x_test= and y_test= go with x=, y=; with data= give test= (a file "
                             "or DataFrame of test rows)")
         return datasets.load(data, split=split, target=target, x_scaling=scaling,
-                             target_kind=lik.target, table=table, test=test, subsample=subsample)
+                             target_kind=lik.target, table=table, test=test, subsample=subsample,
+                             log_target=log_target)
     if x is not None and y is not None:
         for key, value, use in (("target", target, "the target is y"),
                                 ("split", split or None, "every row of x trains"),
@@ -66,7 +68,7 @@ def _dataset(entry: CatalogEntry, data, x, y, *, target, split, x_test, y_test, 
                 raise SSGPError(f"{key}= applies to data= (a name, a file or a DataFrame); with "
                                 f"x=, y= {use}")
         return datasets.from_arrays(x, y, x_test, y_test, x_scaling=scaling,
-                                    target_kind=lik.target, table=table)
+                                    target_kind=lik.target, table=table, log_target=log_target)
     raise SSGPError("fit needs data= (a name, a file path or a DataFrame) or x= and y= arrays")
 
 
@@ -94,7 +96,7 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         settings: dict | list[str] | None = None, split: int = 0, x_test=None, y_test=None,
         test=None, inputs=None, drop=None, dropna: bool = False, encode: str | None = None,
         dates: str | None = None, subsample: int | None = None, spectral_points=None,
-        force: bool = False, progress: bool = True) -> Posterior:
+        log_target: bool = False, force: bool = False, progress: bool = True) -> Posterior:
     """Fit a catalog model and return its posterior.
 
     Parameters
@@ -133,6 +135,10 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     spectral_points
         An (m, d) array of fixed spectral points replacing the entry's own, e.g. the set an NCVMP
         fit kept (``post.handoff.spectral_points``), for the methods that take them.
+    log_target
+        Fit the model to log y of a positive target (prices, wages): predictions are
+        back-transformed (log-normal given each draw) and the metrics are on y. A target value
+        <= 0 is an error naming its row. Gaussian-likelihood entries only.
     force
         Run a fit whose memory estimate exceeds the machine's (refused otherwise).
     progress
@@ -155,7 +161,7 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     seed = check_seed(seed)
     table = TableOptions.of(inputs, drop, dropna, encode, dates)
     ds = _dataset(entry, data, x, y, target=target, split=split, x_test=x_test, y_test=y_test,
-                  test=test, table=table, subsample=subsample)
+                  test=test, table=table, subsample=subsample, log_target=log_target)
     given = _handoff(entry, ds, method, spectral_points, seed=seed, progress=progress)
     post = pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress, force=force,
                         inputs=given)
@@ -169,9 +175,9 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
             seed: int = 0, settings: dict | list[str] | None = None, target: str | None = None,
             split: int = 0, test=None, subsample: int | None = None, inputs=None, drop=None,
             dropna: bool = False, encode: str | None = None, dates: str | None = None,
-            steps: int | None = None, samples: int | None = None, chains: int | None = None,
-            small: bool = False, fresh_reference: bool = False, overwrite: bool = False,
-            resume: bool = False, progress: bool = True):
+            log_target: bool = False, steps: int | None = None, samples: int | None = None,
+            chains: int | None = None, small: bool = False, fresh_reference: bool = False,
+            overwrite: bool = False, resume: bool = False, progress: bool = True):
     """Fit every method of a catalog entry and its reference on one split; write the report.
 
     What ``ssgp-ppl compare`` does: each method's test metrics, coverage curve, PSIS-LOO and,
@@ -179,7 +185,7 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
     else tempered SMC polished by NUTS, computed here), the posterior comparison on
     symmetry-invariant quantities. The reference is labelled with its verdict wherever it is
     used. The data keywords ``target``, ``split``, ``test``, ``subsample``, ``inputs``, ``drop``,
-    ``dropna``, ``encode`` and ``dates`` are those of ``ssgp_ppl.fit``.
+    ``dropna``, ``encode``, ``dates`` and ``log_target`` are those of ``ssgp_ppl.fit``.
 
     Parameters
     ----------
@@ -223,7 +229,7 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
     entry = _entry(model, settings)
     table = TableOptions.of(inputs, drop, dropna, encode, dates)
     ds = _dataset(entry, data, None, None, target=target, split=split, x_test=None, y_test=None,
-                  test=test, table=table, subsample=subsample)
+                  test=test, table=table, subsample=subsample, log_target=log_target)
     if small:  # the given settings still apply on top of the quick run's
         entry, ds = report.small(entry, ds)
         entry = _entry(entry, settings)
@@ -256,13 +262,13 @@ def load_comparison(folder: str | Path):
 def select_beta(model: str | Path | CatalogEntry, data=None, x=None, y=None, *,
                 grid: list[float] | None = None, seed: int = 0, steps: int | None = None,
                 settings: dict | list[str] | None = None, target: str | None = None,
-                split: int = 0, subsample: int | None = None):
+                split: int = 0, subsample: int | None = None, log_target: bool = False):
     """Pick β of a β-ELBO or DLM entry on a validation split (Wei et al. 2021, §6.1).
 
     The entry is fitted for every β of ``grid`` at once on the inner training rows (8/75 of the
     training rows are kept for validation) and scored on the validation rows. ``model``,
-    ``settings`` and the data keywords are those of ``ssgp_ppl.fit`` (the test rows of ``data``
-    are not used).
+    ``settings`` and the data keywords (``log_target`` among them) are those of
+    ``ssgp_ppl.fit`` (the test rows of ``data`` are not used).
 
     Parameters
     ----------
@@ -283,7 +289,7 @@ def select_beta(model: str | Path | CatalogEntry, data=None, x=None, y=None, *,
 
     entry = _entry(model, settings)
     ds = _dataset(entry, data, x, y, target=target, split=split, x_test=None, y_test=None,
-                  test=None, table=TableOptions(), subsample=subsample)
+                  test=None, table=TableOptions(), subsample=subsample, log_target=log_target)
     return select(entry, ds, grid, seed=check_seed(seed), steps=_positive(steps, "steps"))
 
 

@@ -46,8 +46,9 @@ _seed = _integer(0, f"an integer from 0 to {SEED_MAX}", SEED_MAX)
 RUN_ARGS = ("model", "data", "target", "split", "subsample", "data_dir", "x_scaling",
             "extra_noise_inputs", "threshold", "seed", "sets", "x64", "method", "steps",
             "select_beta", "checkpoint_every", "inputs", "drop", "dropna", "encode", "dates",
-            "test")
+            "test", "log_target")
 TABLE_ARGS = ("inputs", "drop", "dropna", "encode", "dates", "test")
+OPTIONAL_RUN_ARGS = (*TABLE_ARGS, "log_target")  # a run.json may lack them: their defaults
 # the compare arguments its run.json records (what compare --resume restores)
 COMPARE_ARGS = tuple(k for k in RUN_ARGS if k not in ("method", "select_beta",
                                                       "checkpoint_every")) + \
@@ -82,8 +83,8 @@ def _resume_args(args, defaults) -> None:
         raise SSGPError(f"{path} records an `ssgp-ppl {command}` run, not an `ssgp-ppl "
                         f"{args.command}` one")
     try:
-        for k in keys:  # the table options may be absent (they keep their defaults)
-            value = saved[k] if k not in TABLE_ARGS else saved.get(k, getattr(args, k))
+        for k in keys:  # the table options and --log-target may be absent (their defaults)
+            value = saved[k] if k not in OPTIONAL_RUN_ARGS else saved.get(k, getattr(args, k))
             if not _run_value_ok(k, value):
                 raise TypeError(f"{k!r} is {value!r}")
             setattr(args, k, value)
@@ -99,7 +100,7 @@ def _resume_args(args, defaults) -> None:
 
 _RUN_INTS = ("split", "seed", "extra_noise_inputs", "checkpoint_every")
 _RUN_OPTIONAL_INTS = ("subsample", "steps", "samples", "chains")
-_RUN_BOOLS = ("x64", "select_beta", "dropna", "fresh_reference")
+_RUN_BOOLS = ("x64", "select_beta", "dropna", "fresh_reference", "log_target")
 
 
 def _run_value_ok(key: str, value) -> bool:
@@ -171,6 +172,10 @@ def _parser() -> argparse.ArgumentParser:
                        "[data] x_scaling")
         q.add_argument("--extra-noise-inputs", type=int, default=0, metavar="N",
                        help="append N uniform noise inputs (Tan et al. 2016, §7.4, §7.6)")
+        q.add_argument("--log-target", action="store_true",
+                       help="fit the model to log(target) of a positive target (prices, wages); "
+                       "predictions, intervals and metrics are back-transformed to the target's "
+                       "units (gaussian-likelihood entries)")
         q.add_argument("--threshold", type=float,
                        help="binary-likelihood entries: the class is 1 where the target exceeds "
                        "this (default: the training split's median)")
@@ -300,7 +305,8 @@ def _load_data(args, entry):
                 subsample=args.subsample,
                 x_scaling=args.x_scaling or entry.config["data"]["x_scaling"],
                 extra_noise_inputs=args.extra_noise_inputs,
-                target_kind=entry.lik.target, threshold=args.threshold)
+                target_kind=entry.lik.target, threshold=args.threshold,
+                log_target=bool(args.log_target))
 
 
 def _entry(args):
@@ -477,6 +483,8 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
     _print_table([record], _columns([record]))
     if "stop" in record:
         print(f"{method}: {record['stop']}")
+    if data.y_scaler.log:
+        print(printable(_log_note(data)))
     for text in precision:
         print(f"ssgp-ppl: warning: {text}", file=sys.stderr)
     print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)
@@ -485,6 +493,12 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
               f"far written; continue with: ssgp-ppl fit --resume {out}", file=sys.stderr)
         return stopped
     return 0
+
+
+def _log_note(data) -> str:
+    """The line saying a target was fitted on its logarithm."""
+    return (f"target {data.target_name!r} log-transformed: fitted on log({data.target_name}); "
+            "predictions and metrics are in its original units")
 
 
 @contextlib.contextmanager
@@ -573,6 +587,8 @@ def cmd_compare(args) -> int:
              f"{'converged' if r['reference']['converged'] else 'NOT CONVERGED'})"}
             if "reference" in r else r for r in records]
     _print_table(rows, _columns(rows))
+    if data.y_scaler.log:
+        print(printable(_log_note(data)))
     for text in precision:
         print(f"ssgp-ppl: warning: {text}", file=sys.stderr)
     for r in records:

@@ -2,7 +2,9 @@
 
 :func:`load` returns a :class:`Dataset`: inputs and target of both splits, scaled with affine
 :class:`Scaler` objects fitted on the training split only (so predictions can be mapped back to
-raw units with :meth:`Scaler.inverse` / :meth:`Scaler.inverse_std`).
+raw units with :meth:`Scaler.inverse` / :meth:`Scaler.inverse_std`). With ``log_target`` a
+positive target is modelled on its logarithm: the y scaler standardises log y and its
+:meth:`~Scaler.inverse` maps back with exp, so every method fits log y without knowing it.
 
 Two small sets are bundled with the package (``pendulum``, ``autompg``); the others are read
 from a read-only data directory (see :func:`default_data_dir`), and any CSV / TSV / TXT /
@@ -105,26 +107,36 @@ _CACHE_VERSION = "v1"
 
 
 class Scaler(NamedTuple):
-    """Affine standardisation ``(a - mean) / scale`` fitted on the training split.
+    """Affine standardisation ``(a - mean) / scale`` fitted on the training split; with ``log``
+    (a positive target modelled on its logarithm) ``(log a - mean) / scale``.
 
-    ``mean`` and ``scale`` have shape ``(d,)`` for inputs and ``()`` for the target.
+    ``mean`` and ``scale`` have shape ``(d,)`` for inputs and ``()`` for the target; with ``log``
+    they are the mean and standard deviation of log a.
     """
 
     mean: np.ndarray
     scale: np.ndarray
+    log: bool = False
 
     def transform(self, a):
         """Raw units -> standardised units; a value beyond float64's range there becomes ±inf
         (no warning), which :func:`check_scaled_range` refuses."""
         with np.errstate(over="ignore"):
-            return (a - self.mean) / self.scale
+            return ((np.log(a) if self.log else a) - self.mean) / self.scale
 
-    def inverse(self, a):
-        """Standardised units -> raw units."""
+    def inverse_affine(self, a):
+        """Standardised units -> the units the model's target has: raw units, or log of them
+        where ``log``."""
         return a * self.scale + self.mean
 
+    def inverse(self, a):
+        """Standardised units -> raw units (exp of :meth:`inverse_affine` where ``log``)."""
+        b = self.inverse_affine(a)
+        return np.exp(b) if self.log else b
+
     def inverse_std(self, s):
-        """Standard deviations (or other scale quantities) in standardised units -> raw units."""
+        """Standard deviations (or other scale quantities) in standardised units -> the units of
+        :meth:`inverse_affine` (log units where ``log``)."""
         return s * self.scale
 
 
@@ -200,6 +212,7 @@ def load(
     threshold: float | None = None,
     table: TableOptions | None = None,
     test: str | Path | pd.DataFrame | None = None,
+    log_target: bool = False,
 ) -> Dataset:
     """Load a named data set (see :data:`KNOWN`) or a data file, split and standardise it.
 
@@ -237,6 +250,9 @@ def load(
     test
         A data file or DataFrame with the same columns: every row of the data is then a
         training row and these are the test rows (encoded as the training table was).
+    log_target
+        Model the logarithm of a positive continuous target: the y scaler standardises log y
+        (:class:`Scaler` with ``log``); a target value <= 0 is an error naming its row.
 
     Returns
     -------
@@ -247,6 +263,7 @@ def load(
         raise SSGPError(f"target_kind must be continuous, binary or count, got {target_kind!r}")
     if threshold is not None and target_kind != "binary":
         raise SSGPError("a threshold applies only to binary targets (binary likelihoods)")
+    log_target = _check_log_target(log_target, target_kind)
     split = check_seed(split, "split")
     if x_scaling not in ("standard", "minmax"):
         raise SSGPError(f"x_scaling must be 'standard' or 'minmax', got {x_scaling!r}")
@@ -265,7 +282,7 @@ def load(
     if isinstance(name_or_path, pd.DataFrame):
         return _load_table(name_or_path, "the DataFrame", "dataframe", target, table, test,
                            test_fraction, split, subsample, extra_noise_inputs, x_scaling,
-                           target_kind, threshold)
+                           target_kind, threshold, log_target)
     if not isinstance(name_or_path, str | os.PathLike):
         raise SSGPError(f"data set must be a name, a file path or a pandas DataFrame, got "
                         f"{type(name_or_path).__name__}")
@@ -290,6 +307,8 @@ def load(
                 f"target {target!r} cannot be chosen for data set '{name}' (its target is "
                 f"{tname!r}); --target applies to data files"
             )
+        if log_target:
+            _check_positive_target(y, f"data set '{name}'", tname)
     else:
         path = Path(raw_name).expanduser()
         what = file_kind(path)
@@ -305,9 +324,9 @@ def load(
             raise SSGPError(f"unknown data set '{raw_name}'; known: {known}")
         return _load_table(_read_table(path), f"'{path}'", _file_stem(path), target, table, test,
                            test_fraction, split, subsample, extra_noise_inputs, x_scaling,
-                           target_kind, threshold)
+                           target_kind, threshold, log_target)
     return _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample,
-                            extra_noise_inputs, x_scaling, target_kind, threshold)
+                            extra_noise_inputs, x_scaling, target_kind, threshold, log_target)
 
 
 def frames(name: str, split: int = 0, *, data_dir: str | Path | None = None,
@@ -330,12 +349,14 @@ def frames(name: str, split: int = 0, *, data_dir: str | Path | None = None,
 
 
 def _load_table(df, where, name, target, table, test, test_fraction, split, subsample,
-                extra_noise_inputs, x_scaling, target_kind, threshold) -> Dataset:
+                extra_noise_inputs, x_scaling, target_kind, threshold, log_target) -> Dataset:
     """A user's table (file or DataFrame) as a Dataset: :func:`~ssgp_ppl.tables.prepare` fits the
     encoding; with ``test`` (a file or DataFrame) its rows are the test rows, else a seeded
     permutation keeps ``test_fraction`` (default 0.1) of the rows for testing."""
     x, y, encoding, record = prepare(df, target, table, where)
     _check_finite_array(x, y, where, encoding.feature_names, encoding.target)
+    if log_target:
+        _check_positive_target(y, where, encoding.target, _table_rows(df, encoding, len(y)))
     if test is None:
         spec = ("perm", 0.1 if test_fraction is None else float(test_fraction))
     else:
@@ -352,17 +373,52 @@ def _load_table(df, where, name, target, table, test, test_fraction, split, subs
         if not len(xt):
             raise SSGPError(f"{test_where} has no rows")
         _check_finite_array(xt, yt, test_where, encoding.feature_names, encoding.target)
+        if log_target:
+            _check_positive_target(yt, test_where, encoding.target,
+                                  _table_rows(test_df, encoding, len(yt)))
         record |= {"test": str(test) if not isinstance(test, pd.DataFrame) else "DataFrame",
                    "test_rows_dropped": dropped}
         spec = ("mask", np.r_[np.zeros(len(x), bool), np.ones(len(xt), bool)])
         x, y = np.concatenate([x, xt]), np.concatenate([y, yt])
     data = _split_and_scale(x, y, encoding.feature_names, encoding.target, name, spec, split,
-                            subsample, extra_noise_inputs, x_scaling, target_kind, threshold)
+                            subsample, extra_noise_inputs, x_scaling, target_kind, threshold,
+                            log_target)
     return data._replace(encoding=encoding, preparation=record)
 
 
+def _table_rows(df: pd.DataFrame, encoding: TableEncoding, n: int) -> np.ndarray | None:
+    """The table's row of each of the ``n`` rows its encoding kept (None: every row was kept)."""
+    if len(df) == n:
+        return None
+    used = [c for c, _, _ in encoding.columns] + [encoding.target]
+    return np.flatnonzero(df.rename(columns=str)[used].notna().all(axis=1).to_numpy())
+
+
+def _check_log_target(log_target, target_kind: str) -> bool:
+    """``log_target`` as a bool; only a continuous target can be modelled on its logarithm."""
+    if not isinstance(log_target, bool | np.bool_):
+        raise SSGPError(f"log_target must be True or False, got {log_target!r}")
+    if log_target and target_kind != "continuous":
+        raise SSGPError(f"a log-transformed target must be continuous, not {target_kind} (the "
+                        f"entry's likelihood takes a {target_kind} target)")
+    return bool(log_target)
+
+
+def _check_positive_target(y: np.ndarray, where: str, tname: str, rows=None) -> None:
+    """One SSGPError naming the column ``tname`` of ``where`` and the first row (``rows``: the
+    table's row of each entry of ``y``) where a target to be log-transformed is not positive."""
+    bad = ~(np.asarray(y) > 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        row = i if rows is None else int(rows[i])
+        count = int(bad.sum())
+        raise SSGPError(f"{where}: a log-transformed target must be positive, but column "
+                        f"'{tname}' has {count} value{'s' * (count > 1)} <= 0 (the first: row "
+                        f"{row} is {float(y[i]):g})")
+
+
 def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, extra_noise_inputs,
-                     x_scaling, target_kind, threshold) -> Dataset:
+                     x_scaling, target_kind, threshold, log_target=False) -> Dataset:
     rng = np.random.default_rng(split)
     if subsample is not None:
         if split_spec[0] == "fixed":
@@ -394,7 +450,7 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
     x_tr_raw, x_te_raw = x[train_idx], x[test_idx]
     y_tr_raw, y_te_raw = y[train_idx], y[test_idx]
     x_scaler = _fit_x_scaler(x_tr_raw, x_scaling)
-    y_scaler = _fit_standard(y_tr_raw)
+    y_scaler = _fit_target(y_tr_raw, log_target)
     _check_target(y_tr_raw, y_scaler, name, tname, target_kind)
     if target_kind == "binary":
         cut = float(np.median(y_tr_raw)) if threshold is None else float(threshold)
@@ -424,12 +480,14 @@ def _split_and_scale(x, y, feats, tname, name, split_spec, split, subsample, ext
 
 def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
                 target_kind: str = "continuous", name: str = "arrays",
-                table: TableOptions | None = None) -> Dataset:
+                table: TableOptions | None = None, log_target: bool = False) -> Dataset:
     """A Dataset of in-memory arrays: every row of ``x`` (n, d), ``y`` (n,) is a training row, the
-    test rows are ``x_test``, ``y_test`` (none if not given); scalers fitted on the training rows.
-    A DataFrame ``x`` is read as a table (:func:`~ssgp_ppl.tables.prepare`, with ``table``'s
-    options): its text, date and missing values get the messages a ``data=`` table gets."""
+    test rows are ``x_test``, ``y_test`` (none if not given); scalers fitted on the training rows
+    (``log_target``: on log y, as :func:`load`'s). A DataFrame ``x`` is read as a table
+    (:func:`~ssgp_ppl.tables.prepare`, with ``table``'s options): its text, date and missing
+    values get the messages a ``data=`` table gets."""
     table = TableOptions() if table is None else table
+    log_target = _check_log_target(log_target, target_kind)
     if not isinstance(x, pd.DataFrame) and not table.is_default:
         raise SSGPError("inputs=, drop=, dropna=, encode= and dates= apply to a table: data= or "
                         "x= a DataFrame")
@@ -439,7 +497,8 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
     if isinstance(x, pd.DataFrame):
         if len(x) != len(y):
             raise SSGPError(f"x has {len(x)} rows and y {len(y)}: they must be the same rows")
-        x, y, encoding, record = prepare(_with_target(x, y, tname, "x"), tname, table, "x")
+        x_frame = _with_target(x, y, tname, "x")
+        x, y, encoding, record = prepare(x_frame, tname, table, "x")
         feats = encoding.feature_names
     else:
         x = real_array(x, "x")
@@ -451,6 +510,9 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
     if x.shape[1] == 0:
         raise SSGPError("x has no columns: a model needs at least one input")
     _check_finite_array(x, y, "the arrays x, y", feats, tname)
+    if log_target:
+        _check_positive_target(y, "y", tname, _table_rows(x_frame, encoding, len(y))
+                              if encoding is not None else None)
     if len(x) < 2:
         raise SSGPError(f"{len(x)} training rows are too few; need at least 2")
     if (x_test is None) != (y_test is None):
@@ -473,13 +535,16 @@ def from_arrays(x, y, x_test=None, y_test=None, *, x_scaling: str = "standard",
                             f"and {yt.shape}")
     if len(xt):
         _check_finite_array(xt, yt, "the arrays x_test, y_test", feats, tname)
+        if log_target:
+            _check_positive_target(yt, "y_test", tname)
     for what, v in (("y", y), ("y_test", yt)):
         if target_kind == "binary" and not np.all((v == 0) | (v == 1)):
             raise SSGPError(f"{what}: a binary target must hold 0 and 1 only")
         if target_kind == "count" and (np.any(v < 0) or np.any(v != np.round(v))):
             raise SSGPError(f"{what}: a count target must hold non-negative "
                             "integers")
-    y_scaler = _fit_standard(y) if target_kind == "continuous" else Scaler(np.zeros(()), np.ones(()))
+    y_scaler = _fit_target(y, log_target) if target_kind == "continuous" else \
+        Scaler(np.zeros(()), np.ones(()))
     _check_target(y, y_scaler, name, tname, target_kind)
     x_scaler = _fit_x_scaler(x, x_scaling)
 
@@ -660,6 +725,12 @@ def _fit_standard(a: np.ndarray) -> Scaler:
     mean, std = u.mean(axis=0) * big, u.std(axis=0) * big
     scale = np.where(std > 0, std, 1.0)
     return Scaler(np.asarray(mean, dtype=np.float64), np.asarray(scale, dtype=np.float64))
+
+
+def _fit_target(y: np.ndarray, log: bool) -> Scaler:
+    """The target's scaler: :func:`_fit_standard` of y, or of log y (a :class:`Scaler` with
+    ``log``)."""
+    return _fit_standard(np.log(y))._replace(log=True) if log else _fit_standard(y)
 
 
 def _fit_x_scaler(x: np.ndarray, how: str) -> Scaler:

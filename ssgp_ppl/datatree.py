@@ -108,7 +108,7 @@ def assemble(*, sites: dict | None, chains: int, data, mean_f, var_f,
     the §5 closed-form predictive that the metrics score; for local fits the one "draw" is the
     closed form itself and f_var is the variance of y* (the local fits do not separate noise)."""
     scale = float(np.asarray(data.y_scaler.scale))
-    shift = float(np.asarray(data.y_scaler.inverse(np.zeros(()))))
+    shift = float(np.asarray(data.y_scaler.inverse_affine(np.zeros(()))))  # log y's, if log
     groups: dict = {"observed_data": {"y": np.asarray(data.y_train)}, **(extra or {})}
     if y_pred is not None:  # a test split was predicted
         groups["predictions"] = by_chain({"f_mean": mean_f, "f_var": var_f, "y_pred": y_pred},

@@ -7,7 +7,9 @@ calling. A posterior predictive that is a mixture over draws is moment-matched f
 
 Definitions follow Tan et al. (2016, section 7) for NMSE and MNLP (the same MNLP as
 Lazaro-Gredilla et al. 2010) and Gneiting & Raftery (2007) for the closed-form CRPS of a Gaussian.
-All arithmetic is float64; every bad input raises :class:`~ssgp_ppl.errors.SSGPError`.
+A target modelled on its logarithm is scored on y with the log-normal that the Gaussian on log y
+is (:func:`lognormal_metrics`; its CRPS by Baran & Lerch 2015). All arithmetic is float64; every
+bad input raises :class:`~ssgp_ppl.errors.SSGPError`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ __all__ = [
     "coverage",
     "coverage_curve",
     "crps_gaussian",
+    "crps_lognormal",
     "likelihood_metrics",
+    "lognormal_metrics",
     "mixture_moments",
     "mnlp",
     "nmse",
@@ -159,6 +163,41 @@ def coverage(y, mean, var, level: float) -> float:
     lv = _check_level(level, "coverage")
     y, mean, var = _validate("coverage", y, mean, var)
     return _coverage_checked(y, mean, var, lv)
+
+
+def crps_lognormal(y, mu, var) -> float:
+    """Mean CRPS of the log-normal LN(mu, var) (log y ~ N(mu, var)) at positive ``y``, Baran &
+    Lerch (2015): ``y (2 Phi(z) - 1) - 2 exp(mu + s^2/2) [Phi(z - s) + Phi(s / sqrt 2) - 1]`` with
+    ``s = sqrt(var)``, ``z = (log y - mu) / s``; in the units of y."""
+    y, mu, var = _validate("crps_lognormal", y, mu, var)
+    if np.any(y <= 0):
+        raise SSGPError("crps_lognormal: y must be positive (the log-normal's support)")
+    s = np.sqrt(var)
+    z = (np.log(y) - mu) / s
+    crps = y * (2.0 * ndtr(z) - 1.0) - 2.0 * np.exp(mu + 0.5 * var) * (
+        ndtr(z - s) + ndtr(s / np.sqrt(2.0)) - 1.0)
+    return float(np.mean(crps))
+
+
+def lognormal_metrics(y, mean, log_mean, log_var) -> dict[str, float]:
+    """The scores of :func:`regression_metrics` for a target modelled on its logarithm, on the
+    original scale of ``y`` (positive): rmse and nmse of the predictive ``mean`` of y; mnlp,
+    crps and coverage of the log-normal that the Gaussian N(``log_mean``, ``log_var``) on log y
+    is: mnlp with the Jacobian, −log p(y) = −log N(log y) + log y; coverage of its central
+    intervals, exp of log y's."""
+    func = "lognormal_metrics"
+    y, mean = _validate(func, y, mean)
+    if np.any(y <= 0):
+        raise SSGPError(f"{func}: y must be positive (a log-transformed target)")
+    log_y, log_mean, log_var = _validate(func, np.log(y), log_mean, log_var)
+    return {
+        "rmse": rmse(y, mean),
+        "nmse": nmse(y, mean),
+        "mnlp": mnlp(log_y, log_mean, log_var) + float(np.mean(log_y)),
+        "crps": crps_lognormal(y, log_mean, log_var),
+        "coverage_50": _coverage_checked(log_y, log_mean, log_var, 0.5),
+        "coverage_90": _coverage_checked(log_y, log_mean, log_var, 0.9),
+    }
 
 
 def coverage_curve(y, mean, var, levels=DEFAULT_LEVELS) -> tuple[np.ndarray, np.ndarray]:

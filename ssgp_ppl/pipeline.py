@@ -27,7 +27,7 @@ from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import PrecisionWarning, SSGPError, check_seed
 from ssgp_ppl.fitinfo import StopReading, SVIInfo, stop_text
 from ssgp_ppl.linalg import check_finite, resolution
-from ssgp_ppl.metrics import likelihood_metrics, regression_metrics
+from ssgp_ppl.metrics import likelihood_metrics, lognormal_metrics, regression_metrics
 from ssgp_ppl.posterior import Handoff, Posterior
 from ssgp_ppl.predictive import check_test_inputs
 
@@ -74,6 +74,9 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
     if steps is not None and steps < 1:
         raise SSGPError(f"--steps must be >= 1, got {steps}")
     check_test_inputs(data.x_train, data.x_test)
+    if data.y_scaler.log and not entry.lik.conjugate:
+        raise SSGPError(f"{entry.name}: a log-transformed target needs the gaussian likelihood (y* "
+                        f"log-normal given each draw), not {entry.lik.name}")
     entry.lik.check_target(data.y_train, f"{data.name}: training targets")
     entry.lik.check_target(data.y_test, f"{data.name}: test targets")
     check_scaled_range(data.x_test, "test inputs", data.feature_names)
@@ -189,6 +192,8 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
                          if not flat else "approximate (no log density)")
     dt.attrs.update(model=post.model, method=post.method, dataset=data.name,
                     inputs=list(data.feature_names), target=data.target_name)
+    if data.y_scaler.log:
+        dt.attrs.update(target_transform="log", target_note=LOG_NOTE)
     if data.preparation is not None:  # a user's table: columns, rows dropped, encodings
         dt.attrs["data_preparation"] = json.dumps(data.preparation)
     fit_seconds = post.info.fit_seconds
@@ -202,11 +207,24 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
 
 
 def _scores(post, pred, data, lik, flat) -> dict:
+    """The test scores in the target's original units; a log target's by the log-normal of its
+    moment-matched Gaussian on log y (:func:`~ssgp_ppl.metrics.lognormal_metrics`), its exact
+    test NLL with the Jacobian log y."""
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
+    log = data.y_scaler.log
     if post.rule.closed_form:  # NCVMP's and the local fits' one Gaussian per point
-        return regression_metrics(y_test, pred.mean, pred.var)
-    return likelihood_metrics(lik, y_test, pred.mean, pred.mean_f, pred.var_f, flat.get("noise"),
-                              var=pred.var, y_model=data.y_test, y_scale=pred.y_scale)
+        out = {} if log else regression_metrics(y_test, pred.mean, pred.var)
+    else:
+        out = likelihood_metrics(lik, y_test, None if log else pred.mean, pred.mean_f, pred.var_f,
+                                 flat.get("noise"), var=pred.var, y_model=data.y_test,
+                                 y_scale=pred.y_scale)
+    if not log:
+        return out
+    log_y = data.y_scaler.inverse_affine(np.asarray(data.y_test, np.float64))
+    out = lognormal_metrics(y_test, pred.mean, *pred.matched()) | out
+    if "nll" in out:
+        out["nll"] += float(np.mean(log_y))  # −log q(y*) = −log q(log y*) + log y*
+    return out
 
 
 def _pit(pred, data) -> np.ndarray:
@@ -216,6 +234,11 @@ def _pit(pred, data) -> np.ndarray:
         return np.full(data.n_test, np.nan)
     return ndtr((np.asarray(data.y_test, np.float64)[None] - pred.mean_f)
                 / np.sqrt(pred.var_y)).mean(0)
+
+
+LOG_NOTE = ("the model is fitted on log(target): predictions and metrics are in the target's "
+            "original units (log-normal given each draw); the posterior, invariants, "
+            "log_likelihood and y_scale / y_mean are of log(target)")
 
 
 def metrics_record(post: Posterior, data: Dataset) -> dict:
@@ -230,6 +253,8 @@ def metrics_record(post: Posterior, data: Dataset) -> dict:
                 "precision": info.precision}
     if info.precision is not None:  # what the warning is about, in numbers
         optional.update(noise_floor=info.noise_floor, jitter=info.jitter)
+    if data.y_scaler.log:
+        optional["target_transform"] = "log"
     return {"model": post.model, "method": post.method, "dataset": post.dataset,
             "n_train": data.n_train, "n_test": data.n_test,
             **{k: float(v) for k, v in post.metrics.items()},

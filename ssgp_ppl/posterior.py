@@ -48,9 +48,10 @@ from ssgp_ppl.tables import TableEncoding, frame
 if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.entry import CatalogEntry
 
-SAVE_FORMAT = 2  # 2: FitInfo with the method's own info and the paths' as tables of their own;
-# a guide's settings in [inference.svi.<guide>] of the saved entry
-READ_FORMATS = (1, 2)  # 1: one flat FitInfo table (fitinfo.info_from_flat), flat guide settings
+SAVE_FORMAT = 3  # 3: the target's transform ("log": fitted on log y) and the test prediction's;
+# 2: FitInfo with the method's own info and the paths' as tables of their own; a guide's settings
+# in [inference.svi.<guide>] of the saved entry
+READ_FORMATS = (1, 2, 3)  # 1: one flat FitInfo table (fitinfo.info_from_flat), flat guide settings
 REPR_METRICS = ("nmse", "rmse", "mnlp", "coverage_90", "error_rate", "mre")  # in repr(posterior)
 TEST_ARRAYS = ("mean", "var", "mean_f", "var_f", "var_y", "draws")
 STATE_GROUP = "ssgp_ppl_state"  # the group of a saved posterior that holds what predict needs
@@ -140,6 +141,8 @@ class Posterior:
         draws = next(iter(self.sites.values())).shape[:2] if self.sites else (0, 0)
         out = {"model": self.entry.name, "method": self.method, "data": self.dataset,
                "inputs": self.n_features, "draws": f"{draws[0]} × {draws[1]}"}
+        if self.y_scaler.log:
+            out["target"] = "log-transformed (fitted on log y; predictions and scores in y)"
         if self.metrics:
             out.update({k: self.metrics[k] for k in REPR_METRICS if k in self.metrics})
         stop = stop_text(self.info)
@@ -311,11 +314,13 @@ class Posterior:
                 "method": self.method, "dataset": self.dataset, "rule": rule_attrs,
                 "info": info_to_json(self.info), "y_centre": self.y_centre,
                 "feature_names": list(self.feature_names),
+                "target_transform": "log" if self.y_scaler.log else None,
                 "encoding": None if self.encoding is None else self.encoding.to_json(),
                 "sites": list(self.sites), "sites_in_datatree": in_tree,
                 "test": None if self.test is None else {"y_scale": self.test.y_scale,
                                                         "y_shift": self.test.y_shift,
-                                                        "gaussian": bool(self.test.gaussian)},
+                                                        "gaussian": bool(self.test.gaussian),
+                                                        "log": bool(self.test.log)},
                 "metrics": self.metrics}
         text = json.dumps(meta, allow_nan=True)
         ds.attrs["ssgp_ppl"] = text
@@ -465,7 +470,9 @@ def load(path: str | Path, make_entry) -> Posterior:
 _META_TYPES = {"entry": dict, "method": str, "dataset": str, "rule": dict, "info": dict,
                "y_centre": (int, float), "feature_names": list, "encoding": (str, type(None)),
                "sites": list, "sites_in_datatree": bool, "test": (dict, type(None)),
-               "metrics": (dict, type(None))}  # the JSON attribute's keys (formats 1 and 2)
+               "metrics": (dict, type(None)),
+               "target_transform": (str, type(None))}  # the JSON attribute's keys (formats 1-3;
+# target_transform absent before format 3: no transform)
 
 
 def _refit(meta) -> str:
@@ -514,6 +521,10 @@ def _from_tree(path: Path, dt: xr.DataTree, make_entry) -> Posterior:
     entry = make_entry(e["name"], Path(e["path"]), config, f"{path} (saved entry)")
     x_scaler = _check_scaler(path, arrays, "x_scaler", 1)
     y_scaler = _check_scaler(path, arrays, "y_scaler", 0)
+    if meta["target_transform"] not in (None, "log"):
+        raise SSGPError(f"{path}: target_transform: {meta['target_transform']!r} is not a "
+                        "transform this version knows (log)"[:300])
+    y_scaler = y_scaler._replace(log=meta["target_transform"] == "log")
     if not math.isfinite(meta["y_centre"]):
         raise SSGPError(f"{path}: y_centre: must be a finite number, got {meta['y_centre']!r}")
     for k in meta["rule"].get("sites_from_posterior", []):
@@ -527,7 +538,8 @@ def _from_tree(path: Path, dt: xr.DataTree, make_entry) -> Posterior:
     test = None
     if meta.get("test") is not None:
         test = Prediction(*(arrays[f"test_{k}"] for k in TEST_ARRAYS), meta["test"]["y_scale"],
-                          meta["test"]["y_shift"], meta["test"]["gaussian"])
+                          meta["test"]["y_shift"], meta["test"]["gaussian"],
+                          log=bool(meta["test"].get("log", False)))
     return Posterior(entry=entry, method=meta["method"], dataset=meta["dataset"], sites=sites,
                      rule=rule_from_state(arrays, meta["rule"]), x_scaler=x_scaler,
                      y_scaler=y_scaler, info=info, log_p=arrays.get("log_p"),

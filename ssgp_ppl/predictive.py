@@ -12,6 +12,8 @@ Two closed forms hold one Gaussian per test point: NCVMP's (Tan et al. 2016, §5
 adaptive-neighbourhood fits (Tan et al. 2016, §6). :func:`y_moments` turns the per-draw f*
 moments into the moments of y* under the entry's likelihood (each draw's from the likelihood's
 own predictive mean and variance, :mod:`ssgp_ppl.likelihoods`; their mixture moment-matched).
+A log-transformed target (a y scaler with ``log``) has y* log-normal given each draw: its moments,
+quantiles, draws and density are those of exp(log y*) (:func:`prediction`, :class:`Prediction`).
 
 A rule object (:class:`SiteRule`, :class:`NCVMPRule`, :class:`LocalFitsRule`) holds what it needs
 (draws, training rows, partitions, variational state) and computes ``moments(x)`` in the model's
@@ -278,6 +280,14 @@ def y_moments(lik, mean_f, var_f, noise=None):
     closed form whose var_f already is the variance of y*. Returns (mean, var, var_y) with var_y
     (S, n*) the per-draw variance of y*.
     """
+    m, var_y = draw_moments(lik, mean_f, var_f, noise)
+    mean = np.mean(m, axis=0)
+    return mean, np.mean(var_y, axis=0) + np.mean((m - mean) ** 2, axis=0), var_y
+
+
+def draw_moments(lik, mean_f, var_f, noise=None):
+    """Per-draw mean and variance of y* (S, n*) each, in the model's units, as :func:`y_moments`
+    computes them (float64); non-finite moments are one SSGPError."""
     mf, vf = np.asarray(mean_f, np.float64), np.asarray(var_f, np.float64)
     scale = None if noise is None else np.asarray(noise, np.float64)[:, None]
     with jax.enable_x64(True):
@@ -289,8 +299,19 @@ def y_moments(lik, mean_f, var_f, noise=None):
     if bad:
         raise SSGPError(f"the {lik.name} predictive of y* has {bad} non-finite moments (from "
                         "non-finite f* moments or an overflow)")
-    mean = np.mean(m, axis=0)
-    return mean, np.mean(var_y, axis=0) + np.mean((m - mean) ** 2, axis=0), var_y
+    return m, var_y
+
+
+def lognormal_mixture(mu, var):
+    """Mean and variance (n*,) of y* = exp(z) for z an equal-weight mixture of Gaussians
+    N(mu[s], var[s]) (S, n*): each component log-normal with mean exp(μ + σ²/2) and variance
+    (exp(σ²) − 1) exp(2μ + σ²) (Johnson et al. 1994, ch. 14), the mixture by the law of total
+    variance. An overflow gives inf (no warning), which the callers' finiteness checks refuse."""
+    mu, var = np.asarray(mu, np.float64), np.asarray(var, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(mu + 0.5 * var)
+        mean = np.mean(e, axis=0)
+        return mean, np.mean(np.expm1(var) * e**2, axis=0) + np.mean((e - mean) ** 2, axis=0)
 
 
 class Moments(NamedTuple):
@@ -307,8 +328,10 @@ class Prediction(NamedTuple):
 
     ``mean``, ``var``: (n*,) moments of y*; ``mean_f``, ``var_f``, ``var_y``: (S, n*) per draw in
     the model's standardised units; ``draws``: (S, n*) one y* draw per posterior draw (original
-    units); ``gaussian``: whether y* | draw is Gaussian (exact mixture quantiles). These per-draw
-    arrays are what a prediction holds; its working set beyond them is bounded
+    units); ``gaussian``: whether y* | draw is Gaussian (exact mixture quantiles); ``log``: the
+    model's target is log y (``y_scale``, ``y_shift`` map its standardised units to log y), so
+    y* | draw is log-normal, with ``mean``, ``var``, ``draws`` and the quantiles those of y*.
+    These per-draw arrays are what a prediction holds; its working set beyond them is bounded
     (:func:`chunk_rows`).
     """
 
@@ -322,6 +345,49 @@ class Prediction(NamedTuple):
     y_shift: float
     gaussian: bool
     extra: dict | None = None
+    log: bool = False
+
+    def modelled(self, y) -> np.ndarray:
+        """Targets ``y`` (original units) in the units the model fits: y, or log y."""
+        y = np.asarray(y, np.float64)
+        if not self.log:
+            return y
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(y)
+
+    def matched(self) -> tuple[np.ndarray, np.ndarray]:
+        """The predictive moment-matched to one Gaussian per point in the units the model fits:
+        (mean, var) of y*, or of log y* where ``log`` (a log target's y* | draw is Gaussian on
+        the log scale with mean ``mean_f``)."""
+        if not self.log:
+            return self.mean, self.var
+        mu = np.asarray(self.mean_f, np.float64)
+        m = np.mean(mu, axis=0)
+        v = np.mean(np.asarray(self.var_y, np.float64), axis=0) + np.mean((mu - m) ** 2, axis=0)
+        return m * self.y_scale + self.y_shift, v * self.y_scale**2
+
+    def log_density(self, y) -> np.ndarray:
+        """log q(y*) (n*,) at targets ``y`` (original units): the log density of the predictive
+        mixture (1/S) Σ_s N(y*; mean_f[s], var_y[s]) in original units (− log ``y_scale``), and
+        for a log target that of log y* with the Jacobian − log y (a density of y*, so comparable
+        with a fit on y). Needs a Gaussian y* | draw."""
+        from scipy.special import logsumexp
+
+        if not self.gaussian:
+            raise SSGPError("log_density needs a Gaussian predictive per draw (a gaussian "
+                            "likelihood); score other likelihoods with their task metrics")
+        y = np.asarray(y, np.float64)
+        if y.shape != np.shape(self.mean):
+            raise SSGPError(f"log_density: y must have the prediction's shape "
+                            f"{np.shape(self.mean)}, got {y.shape}")
+        z = (self.modelled(y) - self.y_shift) / self.y_scale
+        mu, var = np.asarray(self.mean_f, np.float64), np.asarray(self.var_y, np.float64)
+        with np.errstate(invalid="ignore"):
+            log_n = -0.5 * ((z - mu) ** 2 / var + np.log(2 * np.pi * var))
+            out = logsumexp(log_n, axis=0) - np.log(len(mu)) - np.log(self.y_scale)
+        if self.log:
+            out = np.where(y > 0, out - self.modelled(y), -np.inf)
+        return out
 
     def interval(self, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
         """Central ``level`` interval of y* (n*,) each: the exact quantiles of the Gaussian mixture
@@ -349,7 +415,8 @@ class Prediction(NamedTuple):
             mid = 0.5 * (lo + hi)
             below = np.mean(ndtr((mid - mu) / sd), axis=0) < p
             lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        return 0.5 * (lo + hi) * self.y_scale + self.y_shift
+        q = 0.5 * (lo + hi) * self.y_scale + self.y_shift
+        return np.exp(q) if self.log else q  # exp is increasing: log y*'s quantile, mapped
 
 
 class _YDraws:
@@ -382,13 +449,18 @@ def prediction(rule, lik, x_std, y_scaler, *, seed: int = 0, num: int = 1, clien
                progress: bool = False) -> Prediction:
     """The predictive of y* at standardised inputs under ``rule`` and the likelihood ``lik``, in
     original units (``y_scaler``); ``num`` y* draws when the rule has a single draw. y* moments
-    and draws are computed :func:`chunk_rows` rows at a time into the returned arrays."""
+    and draws are computed :func:`chunk_rows` rows at a time into the returned arrays.
+
+    With a log target (``y_scaler.log``) the model's y* is log y*: per draw Gaussian with mean
+    μ and variance σ² (log units), so y* is log-normal; its mean and variance are the mixture's
+    (:func:`lognormal_mixture`) and its draws exp of log y*'s."""
     mom = rule.moments(x_std, client=client, progress=progress)
     mean_f, var_f = np.asarray(mom.mean_f), np.asarray(mom.var_f)
     draws_f, n = mean_f.shape
     width = num if draws_f == 1 else draws_f  # y* draws per row
+    log = bool(getattr(y_scaler, "log", False))
     scale = float(np.asarray(y_scaler.scale))
-    shift = float(np.asarray(y_scaler.inverse(np.zeros(()))))
+    shift = float(np.asarray(y_scaler.mean))  # standardised 0 in the model's units (y or log y)
     mean, var = np.empty(n), np.empty(n)
     var_y, draws = np.empty((draws_f, n)), np.empty((width, n))
     sample = _YDraws(lik, seed)
@@ -396,11 +468,18 @@ def prediction(rule, lik, x_std, y_scaler, *, seed: int = 0, num: int = 1, clien
     for a in range(0, n, rows):
         cols = slice(a, a + rows)
         part = mom._replace(mean_f=mean_f[:, cols], var_f=var_f[:, cols])
-        m, v, var_y[:, cols] = y_moments(lik, part.mean_f, part.var_f, part.noise)
-        mean[cols], var[cols] = m * scale + shift, v * scale**2
-        draws[:, cols] = sample(part, num, a) * scale + shift
+        if log:
+            m_s, var_y[:, cols] = draw_moments(lik, part.mean_f, part.var_f, part.noise)
+            mean[cols], var[cols] = lognormal_mixture(m_s * scale + shift,
+                                                      var_y[:, cols] * scale**2)
+            with np.errstate(over="ignore"):
+                draws[:, cols] = np.exp(sample(part, num, a) * scale + shift)
+        else:
+            m, v, var_y[:, cols] = y_moments(lik, part.mean_f, part.var_f, part.noise)
+            mean[cols], var[cols] = m * scale + shift, v * scale**2
+            draws[:, cols] = sample(part, num, a) * scale + shift
     return Prediction(mean, var, mean_f, var_f, var_y, draws, scale, shift,
-                      lik.conjugate, mom.extra)
+                      lik.conjugate, mom.extra, log)
 
 
 def predict_sites(sites: dict, data, rule: str, *, gamma: float = 0.0, partitions=None,
@@ -652,5 +731,6 @@ def _rule_from_state(arrays: dict, attrs: dict):
 
 
 __all__ = ["RULES", "LocalResult", "Moments", "Prediction", "SiteRule", "NCVMPRule", "StackedRule",
-           "LocalFitsRule", "y_moments", "predict_draws", "prediction", "predict_sites",
+           "LocalFitsRule", "y_moments", "draw_moments", "lognormal_mixture", "predict_draws",
+           "prediction", "predict_sites",
            "check_test_inputs", "loo_predictive", "rule_from_state", "STATE_ARRAYS"]

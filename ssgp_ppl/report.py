@@ -557,18 +557,20 @@ def paths_record(post: Posterior, data: Dataset) -> dict:
     i = post.info.paths
     scale = float(np.asarray(post.y_scaler.scale))
     n = data.n_train
+    # a log target's density of y has the Jacobian: log p(y) = log p(log y) − log y
+    log_y = float(np.sum(data.y_scaler.inverse_affine(data.y_train))) if data.y_scaler.log else 0.0
     noise = list(i.noise) if i.noise is not None else [
         float(np.mean(p.flat_sites["noise"])) if "noise" in p.flat_sites else None
         for p in post.path_posteriors] or [None] * len(i.weights)
     kinds = list(i.objective_kind or ["loss"] * len(i.weights))
     return {"combine": i.combine, "weights": list(i.weights), "loo": list(i.loo),
             # −elpd per row in original units: comparable with the test MNLP
-            "loo_per_row": [float(-(v - n * np.log(scale)) / n) for v in i.loo],
+            "loo_per_row": [float(-(v - n * np.log(scale) - log_y) / n) for v in i.loo],
             "pareto_k_bad": list(i.pareto_k_bad or [None] * len(i.weights)),
             "objective": list(i.objective), "objective_kind": kinds,
             "noise": [None if v is None else v * scale for v in noise],
             "stacked_loo": i.stacked_loo,
-            "stacked_loo_per_row": float(-(i.stacked_loo - n * np.log(scale)) / n)}
+            "stacked_loo_per_row": float(-(i.stacked_loo - n * np.log(scale) - log_y) / n)}
 
 
 def replicate_floor(ref_inv, *, seed: int = 0) -> dict | None:
@@ -589,8 +591,9 @@ def _evaluate_record(r, label: str, data: Dataset, y_test, readings: dict) -> di
     test PIT and LOO-PIT (the readings themselves into ``readings[label]``, for the plots)."""
     rec = metrics_record(r, data) | {"method": label}
     rec["loo_seconds"] = float(r.info.loo_seconds)
-    rec["coverage_curve"] = {"nominal": LEVELS.tolist(),
-                             "empirical": coverage_curve(y_test, r.mean, r.var, LEVELS)[1].tolist()}
+    test = r._test()  # a log target's intervals are exp of log y's: its curve is log y's
+    rec["coverage_curve"] = {"nominal": LEVELS.tolist(), "empirical": coverage_curve(
+        test.modelled(y_test), *test.matched(), LEVELS)[1].tolist()}
     readings[label] = {"test": pit_reading(r.datatree["predictions_constant_data"]["pit"])}
     rec["pit_reading"] = readings[label]["test"].verdict
     loo = loo_summary(r.datatree)
@@ -1068,7 +1071,10 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
     parts = [f"<h1>{html.escape(entry.name)} on {html.escape(data.name)}</h1>",
              f"<p>{html.escape(entry.description)}<br>n_train = {data.n_train}, "
              f"n_test = {data.n_test}, split {data.split}, seed {seed}. Metrics on the test set "
-             "in original units of the target; MNLP and CRPS lower is better.</p>",
+             "in original units of the target; MNLP and CRPS lower is better."
+             + (f" The target {html.escape(data.target_name)} is log-transformed: every method "
+                "is fitted on its logarithm and its predictions (log-normal given each draw) "
+                "and metrics are back-transformed." if data.y_scaler.log else "") + "</p>",
              "<h2>Summary</h2><ul class='summary'>"
              + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(records, ref_label))
              + "</ul>",
