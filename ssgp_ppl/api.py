@@ -19,7 +19,14 @@ import numpy as np
 from ssgp_ppl import datasets, methods, pipeline
 from ssgp_ppl import posterior as _posterior
 from ssgp_ppl.entry import CatalogEntry, add_catalog, catalog_files, from_saved, load_entry
-from ssgp_ppl.errors import CatalogWarning, ConvergenceWarning, SSGPError, check_seed
+from ssgp_ppl.errors import (
+    CalibrationWarning,
+    CatalogWarning,
+    ConvergenceWarning,
+    SSGPError,
+    check_seed,
+)
+from ssgp_ppl.metrics import coverage_off
 from ssgp_ppl.posterior import Handoff, Posterior, stop_text
 from ssgp_ppl.tables import TableOptions
 
@@ -155,6 +162,9 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     -----
     ConvergenceWarning
         When the fit stopped before its stop rule declared convergence (the step budget).
+    CalibrationWarning
+        When the test coverage of the 90% predictive interval is far from nominal
+        (:func:`ssgp_ppl.metrics.coverage_off`).
     """
     entry = _entry(model, settings)
     steps = _positive(steps, "steps")
@@ -168,6 +178,10 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     if post.info.converged is False:  # None: a method without a stop rule (samplers)
         warnings.warn(f"{entry.name}:{post.method}: {stop_text(post.info)}; raise the budget "
                       "(steps=) or see post.info", ConvergenceWarning, stacklevel=2)
+    off = coverage_off(post.metrics["coverage_90"], ds.n_test) \
+        if post.metrics and "coverage_90" in post.metrics else None
+    if off is not None:
+        warnings.warn(f"{entry.name}:{post.method}: {off}", CalibrationWarning, stacklevel=2)
     return post
 
 

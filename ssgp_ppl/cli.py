@@ -485,6 +485,8 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
         print(f"{method}: {record['stop']}")
     if data.y_scaler.log:
         print(printable(_log_note(data)))
+    if "calibration" in record:
+        print(f"ssgp-ppl: warning: {method}: {record['calibration']}", file=sys.stderr)
     for text in precision:
         print(f"ssgp-ppl: warning: {text}", file=sys.stderr)
     print(f"wrote {out / 'metrics.json'} and {out / 'posterior.nc'}", file=sys.stderr)

@@ -37,6 +37,12 @@ class ConvergenceWarning(UserWarning):
     budget, or a signal): one line with how it stopped and by how much the objective still moved."""
 
 
+class CalibrationWarning(UserWarning):
+    """A fit whose test coverage of the 90% predictive interval is far from nominal
+    (:func:`ssgp_ppl.metrics.coverage_off`): one line with the coverage, the test rows and whether
+    the intervals are too narrow or too wide."""
+
+
 class DataWarning(UserWarning):
     """Something in the user's table that was handled without being asked (a row-index column
     left out of the inputs): one line naming the column and what to do to change it."""
@@ -47,4 +53,5 @@ class CatalogWarning(UserWarning):
     ``ssgp_ppl.catalog()`` and ``ssgp-ppl models`` skip it with this warning; using it is an error."""
 
 
-__all__ = ["SEED_MAX", "CatalogWarning", "PrecisionWarning", "SSGPError", "check_seed", "one_line"]
+__all__ = ["SEED_MAX", "CalibrationWarning", "CatalogWarning", "PrecisionWarning", "SSGPError",
+           "check_seed", "one_line"]

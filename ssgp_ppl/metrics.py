@@ -8,8 +8,9 @@ calling. A posterior predictive that is a mixture over draws is moment-matched f
 Definitions follow Tan et al. (2016, section 7) for NMSE and MNLP (the same MNLP as
 Lazaro-Gredilla et al. 2010) and Gneiting & Raftery (2007) for the closed-form CRPS of a Gaussian.
 A target modelled on its logarithm is scored on y with the log-normal that the Gaussian on log y
-is (:func:`lognormal_metrics`; its CRPS by Baran & Lerch 2015). All arithmetic is float64; every
-bad input raises :class:`~ssgp_ppl.errors.SSGPError`.
+is (:func:`lognormal_metrics`; its CRPS by Baran & Lerch 2015). :func:`coverage_off` says when a
+test coverage of the 90% interval is far from nominal. All arithmetic is float64; every bad input
+raises :class:`~ssgp_ppl.errors.SSGPError`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ from scipy.special import ndtr, ndtri
 from ssgp_ppl.errors import SSGPError
 
 __all__ = [
+    "COVERAGE_OK",
+    "COVERAGE_SDS",
     "DEFAULT_LEVELS",
     "coverage",
     "coverage_curve",
+    "coverage_off",
     "crps_gaussian",
     "crps_lognormal",
     "likelihood_metrics",
@@ -36,6 +40,15 @@ __all__ = [
 
 DEFAULT_LEVELS = np.linspace(0.1, 0.9, 9)
 DEFAULT_LEVELS.setflags(write=False)
+
+# A test coverage of the 90% interval is flagged (coverage_off) when it lies outside COVERAGE_OK
+# and more than COVERAGE_SDS binomial standard deviations sqrt(0.9 * 0.1 / n) from 0.9. The band
+# is what matters in use: for a Gaussian predictive, 0.80 coverage means intervals about 22% too
+# narrow (z 1.28 for 1.645) and 0.97 about 32% too wide (z 2.17). The 3 sd keep small test sets
+# from being flagged for their sampling noise alone: sd 0.055 at n = 30 (flagged below 0.74,
+# never above), 0.03 at n = 100 (below 0.80, or 1.0), 0.0095 at n = 1000 (the band itself).
+COVERAGE_OK = (0.80, 0.97)
+COVERAGE_SDS = 3.0
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
 _INV_SQRT_PI = float(1.0 / np.sqrt(np.pi))
@@ -163,6 +176,23 @@ def coverage(y, mean, var, level: float) -> float:
     lv = _check_level(level, "coverage")
     y, mean, var = _validate("coverage", y, mean, var)
     return _coverage_checked(y, mean, var, lv)
+
+
+def coverage_off(coverage_90: float, n: int) -> str | None:
+    """One line saying how a test coverage of the 90% central interval on ``n`` test rows is far
+    from nominal (outside :data:`COVERAGE_OK` and more than :data:`COVERAGE_SDS` binomial sds
+    from 0.9), else None."""
+    c, n = float(coverage_90), int(n)
+    if n < 1 or not np.isfinite(c):
+        return None
+    sd = float(np.sqrt(0.9 * 0.1 / n))
+    lo, hi = COVERAGE_OK
+    if lo <= c <= hi or abs(c - 0.9) <= COVERAGE_SDS * sd:
+        return None
+    how = "too narrow" if c < 0.9 else "too wide"
+    return (f"test coverage of the 90% interval is {c:.3g} on {n} rows, {abs(c - 0.9) / sd:.1f} "
+            f"binomial sds from 0.9 and outside [{lo:g}, {hi:g}]: the predictive intervals are "
+            f"{how} (miscalibrated)")
 
 
 def crps_lognormal(y, mu, var) -> float:

@@ -27,7 +27,12 @@ from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import PrecisionWarning, SSGPError, check_seed
 from ssgp_ppl.fitinfo import StopReading, SVIInfo, stop_text
 from ssgp_ppl.linalg import check_finite, resolution
-from ssgp_ppl.metrics import likelihood_metrics, lognormal_metrics, regression_metrics
+from ssgp_ppl.metrics import (
+    coverage_off,
+    likelihood_metrics,
+    lognormal_metrics,
+    regression_metrics,
+)
 from ssgp_ppl.posterior import Handoff, Posterior
 from ssgp_ppl.predictive import check_test_inputs
 
@@ -194,6 +199,10 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
                     inputs=list(data.feature_names), target=data.target_name)
     if data.y_scaler.log:
         dt.attrs.update(target_transform="log", target_note=LOG_NOTE)
+    if metrics is not None and "coverage_90" in metrics:
+        off = coverage_off(metrics["coverage_90"], data.n_test)
+        if off is not None:
+            dt.attrs["calibration"] = off
     if data.preparation is not None:  # a user's table: columns, rows dropped, encodings
         dt.attrs["data_preparation"] = json.dumps(data.preparation)
     fit_seconds = post.info.fit_seconds
@@ -255,6 +264,8 @@ def metrics_record(post: Posterior, data: Dataset) -> dict:
         optional.update(noise_floor=info.noise_floor, jitter=info.jitter)
     if data.y_scaler.log:
         optional["target_transform"] = "log"
+    if post.metrics and "coverage_90" in post.metrics:
+        optional["calibration"] = coverage_off(post.metrics["coverage_90"], data.n_test)
     return {"model": post.model, "method": post.method, "dataset": post.dataset,
             "n_train": data.n_train, "n_test": data.n_test,
             **{k: float(v) for k, v in post.metrics.items()},

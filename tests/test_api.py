@@ -17,6 +17,11 @@ from ssgp_ppl.errors import SSGPError
 
 ML = {"ml.steps": 300}
 ROOT = Path(__file__).resolve().parent.parent
+# type-II SSGP on pendulum at these budgets is over-confident (test coverage of the 90% interval
+# 0.39-0.46 of 315 rows, 0.25 of 8 on the small table): the CalibrationWarning is right, and not
+# what the tests marked with this check (the warning's own test is
+# test_a_fit_whose_intervals_miss_the_test_rows_says_so_in_one_warning_line)
+OVERCONFIDENT = pytest.mark.filterwarnings("ignore::ssgp_ppl.errors.CalibrationWarning")
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +68,7 @@ def test_predict_in_original_units_matches_float64_reference(pendulum, x64):
     assert post.test is None and post.metrics is None  # arrays without x_test: no test split
 
 
+@OVERCONFIDENT
 def test_fit_on_arrays_equals_fit_on_the_named_split(pendulum):
     x, y, xt, yt = _raw(pendulum)
     from_arrays = ssgp_ppl.fit("ssgp", x=x, y=y, x_test=xt, y_test=yt, settings=ML)
@@ -73,6 +79,7 @@ def test_fit_on_arrays_equals_fit_on_the_named_split(pendulum):
     np.testing.assert_allclose(from_arrays.mean, by_name.mean, rtol=1e-6)
 
 
+@OVERCONFIDENT
 def test_fit_takes_a_toml_path_and_a_settings_list(pendulum):
     post = ssgp_ppl.fit(BUILTIN_CATALOG / "ssgp.toml", data="pendulum", settings=["ml.steps=300"])
     ref = ssgp_ppl.fit("ssgp", data="pendulum", settings=ML)
@@ -137,6 +144,7 @@ def test_compare_gives_the_numbers_of_the_named_comparison(tmp_path):
         ssgp_ppl.compare("tan_va", data="autompg", out=tmp_path / "api", small=True)
 
 
+@OVERCONFIDENT
 def test_frames_are_the_rows_fit_uses(pendulum):
     from ssgp_ppl.datasets import frames
 
@@ -211,6 +219,7 @@ def test_arrays_without_test_rows_give_a_datatree_and_the_method_checks(pendulum
         ssgp_ppl.fit("ssgp_probit", x=x[:60], y=y[:60])
 
 
+@OVERCONFIDENT
 def test_predict_reads_dataframe_columns_and_refuses_bad_shapes(pendulum):
     import pandas as pd
 
@@ -230,6 +239,7 @@ def test_predict_reads_dataframe_columns_and_refuses_bad_shapes(pendulum):
         post.predict(x[:0])
 
 
+@OVERCONFIDENT
 def test_a_loaded_posterior_keeps_its_test_prediction_and_params(pendulum, tmp_path):
     post = ssgp_ppl.fit("ssgp", data="pendulum", settings=ML)
     back = ssgp_ppl.load(post.save(tmp_path / "p.nc"))
@@ -396,6 +406,30 @@ def test_crafted_encoding_and_rule_states_are_one_error():
             rule_from_state(arrays, attrs)
 
 
+def test_a_fit_whose_intervals_miss_the_test_rows_says_so_in_one_warning_line():
+    """Test targets shifted by 5 (the noise sd is 0.1): none in the 90% interval, a
+    CalibrationWarning with the coverage and its distance in binomial sds; the true targets fit
+    nominal coverage silently."""
+    from ssgp_ppl.errors import CalibrationWarning
+
+    x, y = _small(n=120, d=1, seed=1)
+    settings = {"m": 5, "ml.steps": 300}
+    sds = 0.9 / np.sqrt(0.09 / 40)
+    with pytest.warns(CalibrationWarning, match=rf"^ssgp:ml: test coverage of the 90% interval is "
+                      rf"0 on 40 rows, {sds:.1f} binomial sds from 0.9 and outside \[0.8, 0.97\]: "
+                      r"the predictive intervals are too narrow \(miscalibrated\)$"):
+        post = ssgp_ppl.fit("ssgp", x=x[:80], y=y[:80], x_test=x[80:], y_test=y[80:] + 5,
+                            settings=settings)
+    assert post.metrics["coverage_90"] == 0 and post.datatree.attrs["calibration"].startswith(
+        "test coverage of the 90% interval is 0 on 40 rows")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationWarning)
+        post = ssgp_ppl.fit("ssgp", x=x[:80], y=y[:80], x_test=x[80:], y_test=y[80:],
+                            settings=settings)
+    assert 0.8 <= post.metrics["coverage_90"] <= 1 and "calibration" not in post.datatree.attrs
+
+
+@OVERCONFIDENT
 def test_a_fit_stopped_by_its_budget_says_so_in_one_warning_line():
     """The Python API warns where the CLI's table says it: a fit whose stop rule did not declare
     convergence names how it stopped; a converged one is silent."""

@@ -63,6 +63,26 @@ def test_fit_prints_the_precision_warning_once(tmp_path):
     assert rec["precision"] in lines[0] and rec["noise_floor"] > 0 and rec["jitter"] == 0.0
 
 
+def test_fit_prints_the_calibration_warning(tmp_path):
+    """Test rows shifted away from the training rows' function: none inside the 90% interval,
+    one warning line after the table and the same text in metrics.json."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, 100)
+    y = np.sin(x) + 0.1 * rng.standard_normal(100)
+    for name, rows, shift in (("train.csv", slice(0, 70), 0.0), ("test.csv", slice(70, 100), 5.0)):
+        np.savetxt(tmp_path / name, np.column_stack([x[rows], y[rows] + shift]), delimiter=",",
+                   header="x,y", comments="")
+    out = tmp_path / "run"
+    r = run("fit", "ssgp", "--data", str(tmp_path / "train.csv"), "--test",
+            str(tmp_path / "test.csv"), "--out", str(out), "--set", "m=5", "--set",
+            "ml.steps=300", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    rec = json.loads((out / "metrics.json").read_text())
+    assert rec["coverage_90"] == 0 and "too narrow" in rec["calibration"]
+    lines = [ln for ln in r.stderr.splitlines() if "coverage" in ln]
+    assert lines == [f"ssgp-ppl: warning: ml: {rec['calibration']}"]
+
+
 def test_precision_warnings_are_collected_once_and_other_warnings_shown():
     """The CLI's collector: each PrecisionWarning text once, in order; another warning shown once
     after the block (shown inside the recording it would be recorded again, forever)."""

@@ -168,6 +168,9 @@ def test_save_load_predict_identical(fitted, tmp_path):
     assert back.metrics == post.metrics and back.info == post.info
 
 
+# the 200-step type-II fit of 90 pendulum rows is over-confident (test coverage 0.2 of 10 rows):
+# its CalibrationWarning is right, and not what this test checks
+@pytest.mark.filterwarnings("ignore::ssgp_ppl.errors.CalibrationWarning")
 def test_a_dataframe_fits_as_its_csv(fitted, table):
     method, entry, _, post = fitted
     from_df = ssgp_ppl.fit(entry, data=table[0], target="y", method=method)

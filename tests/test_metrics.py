@@ -11,6 +11,7 @@ from ssgp_ppl.metrics import (
     DEFAULT_LEVELS,
     coverage,
     coverage_curve,
+    coverage_off,
     crps_gaussian,
     mixture_moments,
     mnlp,
@@ -127,6 +128,21 @@ def test_coverage_overdispersed_above_and_underdispersed_below_nominal():
         se = math.sqrt(p * (1.0 - p) / n)
         assert c_over > p + 4.0 * se
         assert c_under < p - 4.0 * se
+
+
+def test_coverage_off_needs_a_departure_both_large_and_beyond_sampling_noise():
+    """Flagged outside [0.80, 0.97] and more than 3 binomial sds sqrt(0.09 / n) from 0.9."""
+    assert coverage_off(0.85, 1000) is None and coverage_off(0.96, 1000) is None
+    assert coverage_off(0.79, 1000) == (
+        "test coverage of the 90% interval is 0.79 on 1000 rows, 11.6 binomial sds from 0.9 and "
+        "outside [0.8, 0.97]: the predictive intervals are too narrow (miscalibrated)")
+    assert coverage_off(0.98, 1000).endswith("8.4 binomial sds from 0.9 and outside [0.8, 0.97]: "
+                                             "the predictive intervals are too wide (miscalibrated)")
+    # on 30 rows sd = 0.055: 0.75 is 2.7 sds off (noise), 0.7 is 3.7; 1.0 never flagged
+    assert coverage_off(0.75, 30) is None and coverage_off(1.0, 30) is None
+    assert "0.7 on 30 rows, 3.7 binomial sds" in coverage_off(0.7, 30)
+    # on 100 rows sd = 0.03: all 100 inside is 3.3 sds too wide
+    assert "too wide" in coverage_off(1.0, 100) and coverage_off(0.96, 100) is None
 
 
 def test_coverage_hand_example():

@@ -108,6 +108,20 @@ def test_pit_reading_names_calibration_and_its_failures():
         assert np.all(r.lower <= 1e-12) and np.all(r.upper >= -1e-12)
 
 
+def test_summary_flags_the_coverage_that_fit_warns_about():
+    """The summary's coverage line names the methods whose 90% coverage is far from nominal
+    (metrics.coverage_off): outside [0.8, 0.97] and beyond 3 binomial sds (0.09 on 100 rows)."""
+    from ssgp_ppl.report import summary_lines
+
+    records = [{"method": "svi", "n_test": 100, "mnlp": 1.0, "nmse": 0.1, "coverage_90": 0.62},
+               {"method": "ml", "n_test": 100, "mnlp": 1.2, "nmse": 0.2, "coverage_90": 0.85}]
+    assert summary_lines(records)[-1] == (
+        "Test coverage of the 90% interval far from nominal (outside [0.8, 0.97] and more than 3 "
+        "binomial sds from 0.9 for 100 rows): svi 0.62.")
+    records[0]["coverage_90"] = 0.81  # 3 sds away, but inside the band
+    assert not any("coverage of the 90%" in line for line in summary_lines(records))
+
+
 def test_compare_budget_sets_every_method_it_runs():
     from ssgp_ppl.entry import load_entry
     from ssgp_ppl.report import budget
