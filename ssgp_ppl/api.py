@@ -276,13 +276,16 @@ def load_comparison(folder: str | Path):
 def select_beta(model: str | Path | CatalogEntry, data=None, x=None, y=None, *,
                 grid: list[float] | None = None, seed: int = 0, steps: int | None = None,
                 settings: dict | list[str] | None = None, target: str | None = None,
-                split: int = 0, subsample: int | None = None, log_target: bool = False):
+                split: int = 0, subsample: int | None = None, inputs=None, drop=None,
+                dropna: bool = False, encode: str | None = None, dates: str | None = None,
+                log_target: bool = False):
     """Pick β of a β-ELBO or DLM entry on a validation split (Wei et al. 2021, §6.1).
 
     The entry is fitted for every β of ``grid`` at once on the inner training rows (8/75 of the
     training rows are kept for validation) and scored on the validation rows. ``model``,
-    ``settings`` and the data keywords (``log_target`` among them) are those of
-    ``ssgp_ppl.fit`` (the test rows of ``data`` are not used).
+    ``settings`` and the data keywords (``target``, ``split``, ``subsample``, ``inputs``,
+    ``drop``, ``dropna``, ``encode``, ``dates``, ``log_target``) are those of ``ssgp_ppl.fit``
+    (the test rows of ``data`` are not used).
 
     Parameters
     ----------
@@ -302,8 +305,9 @@ def select_beta(model: str | Path | CatalogEntry, data=None, x=None, y=None, *,
     from ssgp_ppl.selection import select_beta as select
 
     entry = _entry(model, settings)
+    table = TableOptions.of(inputs, drop, dropna, encode, dates)
     ds = _dataset(entry, data, x, y, target=target, split=split, x_test=None, y_test=None,
-                  test=None, table=TableOptions(), subsample=subsample, log_target=log_target)
+                  test=None, table=table, subsample=subsample, log_target=log_target)
     return select(entry, ds, grid, seed=check_seed(seed), steps=_positive(steps, "steps"))
 
 

@@ -355,6 +355,30 @@ def test_predict_refuses_bad_inputs_naming_row_and_column(tiny_post):
         narrow.predict(np.array([[1e300, 0.0]]))
 
 
+def test_a_missing_value_names_dropna_only_to_calls_that_take_it(tiny_post):
+    """predict takes no dropna: a missing input says every input must be given. fit, compare
+    and select_beta take dropna: their message names it, and select_beta accepts it."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"a": [1.0, None], "b": [0.0, 1.0]})
+    with pytest.raises(SSGPError, match=r"missing values .*; every input must be given \(the "
+                       r"first: row 1, column 'a' is missing\)$") as e:
+        tiny_post.predict(frame)
+    assert "dropna" not in str(e.value)
+    with pytest.raises(SSGPError, match=r"row 1, column 'a' is nan\)$") as e:
+        tiny_post.predict(frame.to_numpy())
+    assert "dropna" not in str(e.value)
+    x, y = _small(n=30)
+    table = pd.DataFrame(x, columns=["a", "b"]).assign(y=y)
+    table.loc[3, "a"] = None
+    advice = r"use --dropna \(dropna=True\) to drop those rows \(the first: row 3, column 'a'"
+    for call in (ssgp_ppl.fit, ssgp_ppl.compare, ssgp_ppl.select_beta):
+        with pytest.raises(SSGPError, match=advice):
+            call("svbssgp_dlm_log", data=table)
+    with pytest.raises(SSGPError, match="the β grid must hold values >= 0"):  # the rows loaded
+        ssgp_ppl.select_beta("svbssgp_dlm_log", data=table, dropna=True, grid=[-1.0])
+
+
 def test_settings_init_values_and_argument_types_are_checked(tiny_post, tmp_path):
     x, y = _small()
     for value, words in ((1e-300, ">= 1e-06"), (1e300, "<= 1e[+]06"), (0.0, ">= 1e-06")):
