@@ -521,10 +521,11 @@ def _from_tree(path: Path, dt: xr.DataTree, make_entry) -> Posterior:
     entry = make_entry(e["name"], Path(e["path"]), config, f"{path} (saved entry)")
     x_scaler = _check_scaler(path, arrays, "x_scaler", 1)
     y_scaler = _check_scaler(path, arrays, "y_scaler", 0)
-    if meta["target_transform"] not in (None, "log"):
-        raise SSGPError(f"{path}: target_transform: {meta['target_transform']!r} is not a "
+    transform = meta.get("target_transform")  # absent before format 3: no transform
+    if transform not in (None, "log"):
+        raise SSGPError(f"{path}: target_transform: {transform!r} is not a "
                         "transform this version knows (log)"[:300])
-    y_scaler = y_scaler._replace(log=meta["target_transform"] == "log")
+    y_scaler = y_scaler._replace(log=transform == "log")
     if not math.isfinite(meta["y_centre"]):
         raise SSGPError(f"{path}: y_centre: must be a finite number, got {meta['y_centre']!r}")
     for k in meta["rule"].get("sites_from_posterior", []):

@@ -150,5 +150,5 @@ def test_a_posterior_of_an_unknown_format_says_how_to_refit(tmp_path):
     with pytest.raises(SSGPError) as e:
         ssgp_ppl.load(tmp_path / "future.nc")
     msg = str(e.value)
-    assert "\n" not in msg and "format 99 is not one this version reads (1, 2)" in msg
+    assert "\n" not in msg and "format 99 is not one this version reads (1, 2, 3)" in msg
     assert "`ssgp-ppl fit ssgp_fixed --data DATA --out DIR`" in msg
