@@ -798,6 +798,20 @@ def _smc_program(model, x, s) -> _SMCProgram:
 
 
 METHODS: dict[str, SBCMethod] = {m.name: m for m in (VI(), StackedVI(), NCVMPFit(), Reference())}
+_PROGRAMS: dict = {}  # the compiled programs of this process, by method, entry, design and L
+_PROGRAMS_KEPT = 8
+
+
+def program(name: str, des: Design, draws: int, *, progress: bool = False) -> Callable:
+    """Method ``name``'s batch program for this design and L, built once per process (a later
+    run with the same entry, design and L, a resumed one say, reuses its compiled parts)."""
+    key = (name, json.dumps(des.entry.config, sort_keys=True, default=str), des.data,
+           tuple(int(r) for r in des.rows), int(draws), bool(progress))
+    if key not in _PROGRAMS:
+        while len(_PROGRAMS) >= _PROGRAMS_KEPT:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+        _PROGRAMS[key] = METHODS[name].program(des, draws, progress=progress)
+    return _PROGRAMS[key]
 
 
 def methods_for(entry) -> list[str]:
@@ -954,7 +968,7 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
             y = truth["y"][full]
             for mi, name in enumerate(names):
                 if name not in programs:
-                    programs[name] = METHODS[name].program(des, draws, progress=progress)
+                    programs[name] = program(name, des, draws, progress=progress)
                 t0 = time.perf_counter()
                 res = programs[name](y, keys)
                 _, pq = quantities(des.spec, des.x, res.sites, y, res.y_centre)
@@ -1169,5 +1183,6 @@ def add_to_report(report: Path, result: Result) -> None:
 
 __all__ = ["BAND", "DRAWS", "LAGS", "METHODS", "ROWS", "SMALL_SETTINGS", "Batch", "Design",
            "Reading", "Result", "add_to_report", "check_methods", "chi2_p", "design", "figure",
-           "fractional", "html_section", "methods_for", "quantities", "ranks", "reading", "run",
+           "fractional", "html_section", "methods_for", "program", "quantities", "ranks", "reading",
+           "run",
            "simulate", "summarize", "summary_lines", "to_datatree", "to_json", "write"]
