@@ -240,8 +240,8 @@ def design(entry, data: str = "pendulum", *, rows: int = ROWS, settings=SMALL_SE
     if not entry.latent_sites:
         raise SSGPError(f"{entry.name}: SBC needs a model with latent sites (priors); this one "
                         "has none")
-    ds = datasets.load(data, x_scaling=entry.config["data"]["x_scaling"],
-                       target_kind=entry.lik.target)
+    # the inputs alone matter (the targets are simulated): the data set's own target kind
+    ds = datasets.load(data, x_scaling=entry.config["data"]["x_scaling"])
     if rows < 5:
         raise SSGPError(f"SBC needs at least 5 design rows, got {rows}")
     idx = np.unique(np.linspace(0, ds.n_train - 1, min(rows, ds.n_train)).round().astype(int))
