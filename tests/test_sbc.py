@@ -141,7 +141,7 @@ def test_vi_batches_reuse_one_compiled_chunk():
 def test_resume_after_an_interruption_gives_the_uninterrupted_result(tmp_path):
     kw = dict(sims=4, methods_=["ncvmp"], rows=12, draws=19, settings=TINY, batch=2,
               progress=False, seed=5)
-    whole = sbc.run("tan_va", "pendulum", out=tmp_path / "a", **kw)
+    whole = sbc.run("tan_va", "pendulum", out=None, **kw)
 
     def stop(b):
         raise KeyboardInterrupt
@@ -156,6 +156,13 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_result(tmp_path):
                                   np.asarray(resumed.tree["ranks"]["rank"]))
     assert resumed.done == 4
     assert [r["verdict"] for r in whole.summary] == [r["verdict"] for r in resumed.summary]
+    report = tmp_path / "report.html"  # compare --sbc: the section goes into the report
+    report.write_text("<html><body><h1>comparison</h1></body></html>")
+    sbc.add_to_report(report, whole)
+    text = report.read_text()
+    assert text.index("<h1>comparison") < text.index("Simulation-based calibration") < \
+        text.index("data:image/png;base64,") < text.index("</body>")
+    assert "4 of 4 simulations" in text and text.count("<tr>") == 1 + len(whole.summary)
     with pytest.raises(Exception, match="another SBC run"):
         sbc.run("tan_va", "pendulum", out=tmp_path / "b", resume=True, **{**kw, "seed": 6})
 
