@@ -669,9 +669,14 @@ class Reference(SBCMethod):
         return True
 
     def program(self, des, draws, *, progress=False):
+        """:func:`ssgp_ppl.smc.tempered_smc_program`, the program of the ``smc`` method's runs,
+        vmapped over the simulations' ỹ in one jit: one run of ``smc.particles`` per simulation,
+        adapting its own kernels (``smc.pilot`` and ``smc.runs`` are the method's, not SBC's);
+        then L of its particles, s from its exact conditional where it is integrated out."""
         from ssgp_ppl.inference import site_values
         from ssgp_ppl.methods.smc import SMCSettings, target_model
         from ssgp_ppl.model import draw_nuisance
+        from ssgp_ppl.smc import data_potentials, prior_positions, tempered_smc_program
 
         s = SMCSettings.of(des.entry, "smc")
         spec = des.spec
@@ -680,18 +685,37 @@ class Reference(SBCMethod):
         start = site_values(des.entry.model(spec), {}, {}, x[:1])
         type2 = {k: start[k][0] for k in spec.learned_sites()}
         model, collapsed = target_model(des.entry, spec, type2, s.collapse)
-        smc = _smc_program(model, x, s)
         particles = s.particles
         if draws > particles:
             raise SSGPError(f"the reference keeps {draws} draws of {particles} particles; raise "
                             "smc.particles or lower --draws")
+        y0 = jnp.zeros(x.shape[0], x.dtype)  # the shapes; each simulation's ỹ is an argument
+        log_prior, log_lik, unravel, names, transforms = data_potentials(model, x, y0)
+        probe = prior_positions(model, x, y0, names, transforms, 2, jax.random.PRNGKey(0))
+        smc = tempered_smc_program(log_prior, log_lik, dim=probe.shape[-1], dtype=probe.dtype,
+                                   particles=particles, mcmc_steps=s.mcmc_steps,
+                                   integration_steps=s.integration_steps,
+                                   target_ess=s.target_ess, mass=s.mass)
+
+        @jax.jit
+        def fit(y, keys):
+            def one(yy, key):  # prior draws and the key stream as tempered_smc_runs' run
+                z0 = prior_positions(model, x, yy, names, transforms, particles,
+                                     jax.random.fold_in(key, 0))
+                res = smc(z0, key, (x, yy))
+                return res.positions, res.beta
+
+            return jax.vmap(one)(y, keys)
+
+        def constrain(flat):
+            return {k: transforms[k](u) for k, u in unravel(flat).items()}
 
         @jax.jit
         def posterior(positions, keys, y):
             def one(pos, key, yy):
                 k1, k2 = jax.random.split(key)
                 keep = jax.random.permutation(k1, particles)[:draws]
-                sites = site_values(model, {}, jax.vmap(smc.constrain)(pos[keep]), x[:1])
+                sites = site_values(model, {}, jax.vmap(constrain)(pos[keep]), x[:1])
                 sites = _fill(sites, spec, (draws,))
                 if collapsed:
                     ks = jax.random.split(k2, draws)
@@ -705,96 +729,14 @@ class Reference(SBCMethod):
             return jax.vmap(one)(positions, keys, y)
 
         def run(y, keys):
-            pos, beta = smc.run(jnp.asarray(y), _fit_keys(keys))
+            pos, beta = fit(jnp.asarray(y), _fit_keys(keys))
             sites = posterior(pos, _draw_keys(keys), jnp.asarray(y))
             failed = np.asarray(beta) < 1.0
             return Batch({k: np.asarray(v) for k, v in sites.items()}, np.zeros(len(y)),
                          ~failed, failed)
 
-        run.compiled = lambda: {"smc": smc.run_jit._cache_size(),
-                                "posterior": posterior._cache_size()}
+        run.compiled = lambda: {"smc": fit._cache_size(), "posterior": posterior._cache_size()}
         return run
-
-
-class _SMCProgram(NamedTuple):
-    run: Callable
-    run_jit: Callable
-    constrain: Callable
-
-
-def _smc_program(model, x, s) -> _SMCProgram:
-    """Adaptive tempered SMC of ``model`` (:mod:`ssgp_ppl.smc`'s kernel: HMC moves with the
-    weighted particles' inverse mass and the step size tuned towards its acceptance, the next
-    temperature by the ESS rule) with the data y an argument: ``run(y (B, n), keys (B,))`` →
-    (particles (B, P, D) equally weighted, β reached (B,)), one jit vmapped over the batch."""
-    import blackjax
-    import blackjax.smc.tempered
-    from blackjax.smc import resampling
-    from blackjax.smc.ess import ess_solver
-    from blackjax.smc.solver import dichotomy
-    from numpyro import handlers
-    from numpyro.infer.util import log_density
-
-    from ssgp_ppl.smc import TARGET_ACCEPT, inverse_mass, mass_kind, potentials, prior_positions
-
-    n = x.shape[0]
-    y0 = jnp.zeros(n, x.dtype)
-    log_prior, _, unravel, names, transforms = potentials(model, x, y0)
-    prior_model = handlers.block(model, hide_fn=lambda site: site.get("is_observed", False))
-
-    def constrain(flat):
-        return {k: transforms[k](u) for k, u in unravel(flat).items()}
-
-    def log_lik(flat, y):
-        value = constrain(flat)
-        ll = log_density(model, (x, y), {}, value)[0] - log_density(prior_model, (x, y), {},
-                                                                     value)[0]
-        return jnp.where(jnp.isfinite(ll), ll, -jnp.inf)
-
-    z_probe = prior_positions(model, x, y0, names, transforms, 2, jax.random.PRNGKey(0))
-    dim = z_probe.shape[-1]
-    kind = mass_kind(s.mass, dim)
-    hmc_kernel = blackjax.hmc.build_kernel()
-    max_temperatures = 1000
-    particles, steps_n = s.particles, s.integration_steps
-
-    def mcmc_step(key, state, logdensity, step_size, inverse_mass_matrix):
-        return hmc_kernel(key, state, logdensity, step_size, inverse_mass_matrix, steps_n)
-
-    def one(y, key):
-        lik = lambda f: log_lik(f, y)  # noqa: E731
-        kernel = blackjax.smc.tempered.build_kernel(log_prior, lik, mcmc_step,
-                                                    blackjax.hmc.init, resampling.systematic)
-        batched = jax.vmap(lik)
-        k0, k1, k2 = jax.random.split(key, 3)
-        z0 = prior_positions(model, x, y, names, transforms, particles, k0)
-        state = blackjax.smc.tempered.init(z0)
-        state = state._replace(tempering_param=jnp.zeros((), z0.dtype))
-        step0 = jnp.asarray(2.0 / (np.sqrt(dim) * steps_n), z0.dtype)
-
-        def cond(c):
-            return (c[0].tempering_param < 1.0) & (c[3] < max_temperatures)
-
-        def body(c):
-            state, key, step, i = c
-            key, sub = jax.random.split(key)
-            delta = ess_solver(batched, state.particles, s.target_ess,
-                               1.0 - state.tempering_param, dichotomy)
-            beta = state.tempering_param + jnp.clip(delta, 0.0, 1.0 - state.tempering_param)
-            inv_mass = inverse_mass(state.particles, state.weights, kind)
-            params = {"step_size": jnp.full((1,), step), "inverse_mass_matrix": inv_mass[None]}
-            state, info = kernel(sub, state, s.mcmc_steps, beta, params)
-            acc = jnp.mean(info.update_info.acceptance_rate)
-            step = step * jnp.where(acc < 0.2, 0.3,
-                                    jnp.exp(jnp.clip(acc - TARGET_ACCEPT, -0.5, 0.2)))
-            return state, key, step, i + 1
-
-        state, _, _, _ = jax.lax.while_loop(cond, body, (state, k1, step0, jnp.asarray(0)))
-        idx = resampling.systematic(k2, state.weights, particles)
-        return state.particles[idx], state.tempering_param
-
-    run_jit = jax.jit(jax.vmap(one))
-    return _SMCProgram(run_jit, run_jit, constrain)
 
 
 METHODS: dict[str, SBCMethod] = {m.name: m for m in (VI(), StackedVI(), NCVMPFit(), Reference())}

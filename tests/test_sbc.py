@@ -125,6 +125,27 @@ def test_a_vmapped_batch_equals_its_simulations_one_by_one_and_compiles_once(tan
         assert together.y_centre[i] == pytest.approx(truth["y"][i].mean(), rel=1e-5)
 
 
+def test_the_reference_batch_is_each_simulations_smc_run_and_compiles_once(x64):
+    """The reference (ssgp_ppl.smc's tempered_smc_program vmapped over the simulations' ỹ): a batch
+    of two gives each simulation the draws a batch of it alone gives (float64, to rounding), a
+    second batch reuses the compiled programs, and the draws are L of the particles, each
+    simulation its own posterior (its ỹ read: the draws differ between simulations)."""
+    des = sbc.design("tan_va", "pendulum", rows=10,
+                     settings=("m=2", "smc.particles=32", "smc.mcmc_steps=2",
+                               "smc.integration_steps=4"))
+    truth = sbc.simulate(des, 2, seed=3)
+    keys = sbc.sim_keys(3, np.arange(2))
+    prog = sbc.METHODS["reference"].program(des, 9)
+    together = prog(truth["y"], keys)
+    prog(truth["y"][::-1].copy(), keys[::-1])
+    assert prog.compiled() == {"smc": 1, "posterior": 1}
+    assert not together.failed.any() and together.sites["frequencies"].shape == (2, 9, 2, 9)
+    alone = prog(truth["y"][1:], keys[1:])  # a batch of one: its own compilation
+    for k, v in together.sites.items():
+        np.testing.assert_allclose(v[1], alone.sites[k][0], rtol=1e-7, atol=1e-9)
+    assert not np.allclose(together.sites["noise"][0], together.sites["noise"][1])
+
+
 def test_vi_batches_reuse_one_compiled_chunk():
     des = sbc.design("svbssgp", "pendulum", rows=10, settings=("m=2", "svi.steps=50",
                                                                "svi.chunk=25", "svi.min_steps=0"))
