@@ -32,7 +32,6 @@ ranked: a data-dependent test quantity, which is sensitive to what the parameter
 from __future__ import annotations
 
 import dataclasses
-import functools
 import io
 import json
 import time
@@ -314,38 +313,37 @@ def _fill(sites: dict, spec, shape) -> dict:
 
 
 class _SVIProgram:
-    """The entry's SVI as one vmapped program over R runs (a batch's simulations × paths):
-    :func:`~ssgp_ppl.inference.svi_kernel`'s chunk under ``jax.vmap`` over (state, y) inside one
-    jit, driven chunk by chunk with each run's stop rule (a run that meets it, or whose loss
-    turns NaN, is frozen); then L guide draws per run through ``Predictive`` and the model's
-    deterministic sites, s from its exact conditional where the model integrates it out."""
+    """The entry's SVI as one vmapped program over R runs (a batch's simulations × paths): the
+    SVI method's own fit (:meth:`~ssgp_ppl.methods.svi.SVIMethod.setup`'s model, guide, loss and
+    batching) with its kernel's chunk vmapped over (state, y)
+    (:func:`~ssgp_ppl.inference.vmapped_chunk`, compiled once for every batch) and driven by
+    :func:`~ssgp_ppl.inference.drive_svi`, the driver of ``svi`` itself: each run's stop rule
+    freezes it, and a run whose loss turns NaN stops there and is marked failed. Then L guide
+    draws per run through ``Predictive`` and the model's deterministic sites, s from its exact
+    conditional where the model integrates it out."""
 
     def __init__(self, des: Design, draws: int, paths: int, progress: bool):
         from numpyro.infer import Predictive
 
-        from ssgp_ppl.inference import batch_sampler, site_values, svi_kernel
+        from ssgp_ppl.inference import batch_sampler, site_values, svi_kernel, vmapped_chunk
         from ssgp_ppl.methods.svi import SVI
         from ssgp_ppl.model import draw_nuisance
 
         self.des, self.draws, self.progress = des, draws, progress
-        s, spec, model, guide, loss, batching, _ = SVI._setup(des.entry, des.dataset, None, 0)
-        self.settings, self.spec, self.model, self.guide = s, spec, model, guide
-        self.schedule = s.schedule()
+        setup = SVI.setup(des.entry, des.dataset)
+        self.setup, self.spec = setup, setup.spec
+        model, guide, spec = setup.model, setup.guide, setup.spec
+        self.schedule = setup.settings.schedule()
         n = des.x.shape[0]
         self.x = x = jnp.asarray(des.x)
+        batching = setup.batching
         draw, self.aux = batch_sampler(n, batching.batch_size, batching.partitions,
                                        batching.per_step)
-        self.kernel = kernel = svi_kernel(model, guide, self.schedule, draw=draw, loss=loss)
+        self.kernel = kernel = svi_kernel(model, guide, self.schedule, draw=draw,
+                                          loss=setup.loss)
         self.init_state = kernel.init(jax.random.PRNGKey(0), x, jnp.zeros(n, x.dtype), self.aux)
         self.paths = paths
-        aux = self.aux
-
-        @functools.partial(jax.jit, static_argnums=3)
-        def chunk(state, y, active, length):
-            return jax.vmap(lambda st, yy, a: kernel.chunk(st, x, yy, aux, length, a))(
-                state, y, active)
-
-        self.chunk = chunk
+        self.chunk = vmapped_chunk(kernel, y_per_run=True)
         marginal = spec.nuisance == "marginalized"
 
         @jax.jit
@@ -389,36 +387,22 @@ class _SVIProgram:
 
     def fit(self, y, keys, starts=None, desc: str = "svi"):
         """Fit R runs to ``y`` (R, n): (params (R, ...), converged (R,), failed (R,), final
-        losses (R,))."""
-        from tqdm.auto import tqdm
+        losses (R,): :func:`ssgp_ppl.paths.tail_loss` of each run's trace, as the SVI paths'
+        stacking reads them)."""
+        from ssgp_ppl.inference import drive_svi
+        from ssgp_ppl.paths import tail_loss
 
-        from ssgp_ppl.inference import _Convergence
-
-        sched = self.schedule
-        r_count, n = y.shape
-        state = self.states(keys, starts)
         y = jnp.asarray(y)
-        convs = [_Convergence(sched, n) for _ in range(r_count)]
-        converged = np.zeros(r_count, bool)
-        failed = np.zeros(r_count, bool)
-        tails: list[list[float]] = [[] for _ in range(r_count)]
-        done = 0
-        with tqdm(total=sched.steps, desc=desc, disable=not self.progress, leave=False,
-                  mininterval=0.5) as bar:
-            while done < sched.steps and (active := ~converged & ~failed).any():
-                length = int(min(sched.chunk, sched.steps - done))
-                state, losses = self.chunk(state, y, jnp.asarray(active), length)
-                losses = np.asarray(losses)
-                done += length
-                for i in np.flatnonzero(active):
-                    if not np.all(np.isfinite(losses[i])):
-                        failed[i] = True
-                        continue
-                    tails[i].append(float(np.mean(losses[i])))
-                    converged[i] = convs[i].add(losses[i], done)
-                bar.update(length)
-        params = jax.vmap(self.kernel.params)(state)
-        final = np.array([np.mean(t[-max(1, len(t) // 10):]) if t else np.inf for t in tails])
+        x, aux, chunk = self.x, self.aux, self.chunk
+        results = drive_svi(
+            lambda st, active, length: chunk(st, jnp.asarray(active), x, y, aux, length),
+            self.states(keys, starts), self.schedule, int(y.shape[1]), paths=int(y.shape[0]),
+            params=lambda st, i: self.kernel.params(jax.tree.map(lambda a: a[i], st)),
+            progress=self.progress, desc=desc, on_nan="stop")
+        params = jax.tree.map(lambda *a: jnp.stack(a), *[r.params for r in results])
+        converged = np.array([r.converged for r in results])
+        failed = np.array([r.failed for r in results])
+        final = np.array([tail_loss(r.losses) for r in results])
         return params, converged, failed, final
 
     def draws_of(self, params, keys, y) -> dict:
@@ -526,7 +510,7 @@ class StackedVI(SBCMethod):
             flat_starts = [None if k == 0 else starts[i][k - 1] for i in range(b)
                            for k in range(paths)]
             params, conv, failed, final = prog.fit(flat_y, run_keys, flat_starts,
-                                                   desc=f"{des.entry.name}:vi ×{paths} paths")
+                                                   desc=f"{des.entry.name}:vi, {paths} paths each")
             dkeys = jax.vmap(lambda k: jax.random.split(k, paths))(_draw_keys(keys))
             sites = prog.draws_of(params, dkeys.reshape((b * paths,) + dkeys.shape[2:]), flat_y)
             out, weights = [], []
