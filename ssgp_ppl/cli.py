@@ -244,7 +244,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="compute the reference here even where a stored gold reference matches")
     c.add_argument("--sbc", type=_positive, metavar="N",
                    help="add simulation-based calibration of N simulations (`ssgp-ppl sbc` at "
-                   "its defaults on this data set's inputs) to the report")
+                   "its defaults, --set on top, on the comparison's training inputs) into "
+                   "OUT/sbc and its section to the report")
 
     b = add("sbc", help="simulation-based calibration of an entry's methods on a data set's "
             "inputs")
@@ -571,7 +572,7 @@ def cmd_compare(args) -> int:
 
     from ssgp_ppl.report import budget, compare, finished_methods
 
-    out = None
+    out = sbc_result = None
     try:
         with _stop_on_signals(), _precision_warnings() as precision:
             entry = _entry(args)
@@ -584,7 +585,7 @@ def cmd_compare(args) -> int:
                               resume=bool(args.resume),
                               run_record=_run_record(args, COMPARE_ARGS) | {"command": "compare"})
             if getattr(args, "sbc", None):
-                _compare_sbc(args, out)
+                sbc_result = _compare_sbc(args, data, out)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: 128 + the signal, as fit
         name = getattr(e, "signal", "SIGINT")
         stopped = 128 + signal.Signals[name].value
@@ -611,19 +612,27 @@ def cmd_compare(args) -> int:
         if "reference" in r and not r["reference"]["converged"]:
             print(f"reference NOT CONVERGED: {'; '.join(r['reference']['reasons'])}",
                   file=sys.stderr)
+    if sbc_result is not None:
+        from ssgp_ppl import sbc
+
+        tally = [ln for ln in sbc.summary_lines(sbc_result) if not ln.startswith(" ")]
+        print(f"simulation-based calibration, {sbc_result.done} simulations: "
+              f"{'; '.join(tally)} (each quantity's reading in the report)")
+        print(f"wrote {out / sbc.COMPARISON_FOLDER / sbc.TREE} and "
+              f"{out / sbc.COMPARISON_FOLDER / sbc.SUMMARY}", file=sys.stderr)
     print(f"wrote {out / 'report.html'} and {out / 'comparison.json'}", file=sys.stderr)
     return 0
 
 
-def _compare_sbc(args, out: Path) -> None:
-    """``compare --sbc N``: SBC at its defaults on the data set's inputs into ``out/sbc``, and its
-    section in the report."""
+def _compare_sbc(args, data, out: Path):
+    """``compare --sbc N``: SBC at its defaults on the comparison's training inputs into
+    ``out/sbc``, and its section in the report (:func:`ssgp_ppl.sbc.add_to_comparison`)."""
     from ssgp_ppl import sbc
+    from ssgp_ppl.entry import load_entry
 
-    res = sbc.run(args.model, args.data, sims=args.sbc, out=out / "sbc", seed=args.seed,
-                  settings=tuple(sbc.SMALL_SETTINGS) + tuple(args.sets),
-                  progress=not args.no_progress)
-    sbc.add_to_report(out / "report.html", res)
+    entry = load_entry(args.model).with_overrides(list(sbc.SMALL_SETTINGS) + list(args.sets))
+    return sbc.add_to_comparison(entry, data, out, sims=args.sbc, seed=args.seed,
+                                 progress=not args.no_progress)
 
 
 def cmd_sbc(args) -> int:

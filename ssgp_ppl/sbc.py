@@ -32,6 +32,7 @@ ranked: a data-dependent test quantity, which is sensitive to what the parameter
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import time
@@ -227,9 +228,11 @@ class Design(NamedTuple):
     dataset: object  # ssgp_ppl.datasets.Dataset cut to the design rows (its y the real one)
 
 
-def design(entry, data: str = "pendulum", *, rows: int = ROWS, settings=SMALL_SETTINGS) -> Design:
+def design(entry, data="pendulum", *, rows: int = ROWS, settings=SMALL_SETTINGS) -> Design:
     """The entry with ``settings`` (default :data:`SMALL_SETTINGS`) on ``rows`` evenly spaced
-    training inputs of the data set ``data``."""
+    training inputs of the data set ``data``: a known data set's name, or a loaded
+    :class:`~ssgp_ppl.datasets.Dataset` (a comparison's, its inputs scaled as the entry's
+    ``[data] x_scaling`` says)."""
     from ssgp_ppl import datasets
     from ssgp_ppl.entry import load_entry
 
@@ -240,7 +243,8 @@ def design(entry, data: str = "pendulum", *, rows: int = ROWS, settings=SMALL_SE
         raise SSGPError(f"{entry.name}: SBC needs a model with latent sites (priors); this one "
                         "has none")
     # the inputs alone matter (the targets are simulated): the data set's own target kind
-    ds = datasets.load(data, x_scaling=entry.config["data"]["x_scaling"])
+    ds = data if isinstance(data, datasets.Dataset) else datasets.load(
+        data, x_scaling=entry.config["data"]["x_scaling"])
     if rows < 5:
         raise SSGPError(f"SBC needs at least 5 design rows, got {rows}")
     idx = np.unique(np.linspace(0, ds.n_train - 1, min(rows, ds.n_train)).round().astype(int))
@@ -732,12 +736,17 @@ def program(name: str, des: Design, draws: int, *, progress: bool = False) -> Ca
     """Method ``name``'s batch program for this design and L, built once per process (a later
     run with the same entry, design and L, a resumed one say, reuses its compiled parts)."""
     key = (name, json.dumps(des.entry.config, sort_keys=True, default=str), des.data,
-           tuple(int(r) for r in des.rows), int(draws), bool(progress))
+           tuple(int(r) for r in des.rows), _inputs_digest(des), int(draws), bool(progress))
     if key not in _PROGRAMS:
         while len(_PROGRAMS) >= _PROGRAMS_KEPT:
             _PROGRAMS.pop(next(iter(_PROGRAMS)))
         _PROGRAMS[key] = METHODS[name].program(des, draws, progress=progress)
     return _PROGRAMS[key]
+
+
+def _inputs_digest(des: Design) -> str:
+    """The design points' fingerprint (a data set given as a Dataset has no name to tell)."""
+    return hashlib.sha256(np.ascontiguousarray(des.x, np.float64).tobytes()).hexdigest()[:16]
 
 
 def methods_for(entry) -> list[str]:
@@ -778,7 +787,8 @@ def _fingerprint(des: Design, sims, seed, draws, batch, names) -> dict:
     from ssgp_ppl.checkpoint import fingerprint
 
     return fingerprint(entry=des.entry.name, config=des.entry.config, data=des.data,
-                       rows=[int(r) for r in des.rows], sims=sims, seed=seed, draws=draws,
+                       rows=[int(r) for r in des.rows], inputs=_inputs_digest(des), sims=sims,
+                       seed=seed, draws=draws,
                        batch=batch, methods=list(names), jax=jax.__version__,
                        x64=bool(jax.config.jax_enable_x64))
 
@@ -1016,6 +1026,58 @@ def write(result: Result, out: Path) -> None:
     write_bytes_atomic(out / FIGURE, buf.getvalue())
 
 
+def load(folder: str | Path) -> Result:
+    """The :class:`Result` an SBC run wrote into ``folder`` (its ``sbc.nc``; the summary and
+    readings recomputed from the ranks, as the run computed them)."""
+    import xarray as xr
+
+    path = Path(folder) / TREE
+    if not path.is_file():
+        raise SSGPError(f"{path} not found: give the folder an SBC run wrote (--out)")
+    with xr.open_datatree(path) as opened:
+        tree = opened.load()
+    summ, reads = summarize(tree)
+    return Result(tree, summ, reads, int(tree.attrs["sims_done"]), int(tree.attrs["sims"]),
+                  tree.attrs.get("stopped") or None)
+
+
+COMPARISON_FOLDER = "sbc"  # a comparison's SBC run, inside its output folder
+
+
+def add_to_comparison(entry, data, out: str | Path, *, sims: int, seed: int = 0,
+                      progress: bool = True) -> Result:
+    """SBC of a comparison's entry on its data set's inputs (``ssgp-ppl compare --sbc N``,
+    ``ssgp_ppl.compare(sbc=N)``): :func:`run` at its defaults, written into ``out/sbc``
+    (continued from its checkpoint where an earlier run was interrupted), and its section added
+    to ``out/report.html``.
+
+    Parameters
+    ----------
+    entry
+        The loaded entry as SBC runs it: :data:`SMALL_SETTINGS`, then the comparison's own
+        overrides (not its budget), applied.
+    data
+        The comparison's data: a known name or its loaded
+        :class:`~ssgp_ppl.datasets.Dataset`.
+    out
+        The comparison's output folder (holding ``report.html``).
+    sims, seed
+        Simulations N and the seed.
+    progress
+        Progress bars on stderr.
+
+    Returns
+    -------
+    Result
+    """
+    out = Path(out)
+    folder = out / COMPARISON_FOLDER
+    res = run(entry, data, sims=sims, out=folder, seed=seed, settings=(), progress=progress,
+              resume=(folder / CHECKPOINT).exists())
+    add_to_report(out / "report.html", res)
+    return res
+
+
 def figure(result: Result, quantities_: list[str] | None = None, cols: int = 4):
     """Rank histograms and ECDF-difference plots with the simultaneous band: one pair of panels
     per quantity (histogram above, ECDF − uniform below), methods side by side (bars) and
@@ -1107,8 +1169,8 @@ def add_to_report(report: Path, result: Result) -> None:
     write_text_atomic(report, text)
 
 
-__all__ = ["BAND", "DRAWS", "LAGS", "METHODS", "ROWS", "SMALL_SETTINGS", "Batch", "Design",
-           "Reading", "Result", "add_to_report", "check_methods", "chi2_p", "design", "figure",
-           "fractional", "html_section", "methods_for", "program", "quantities", "ranks", "reading",
-           "run",
-           "simulate", "summarize", "summary_lines", "to_datatree", "to_json", "write"]
+__all__ = ["BAND", "COMPARISON_FOLDER", "DRAWS", "LAGS", "METHODS", "ROWS", "SMALL_SETTINGS",
+           "Batch", "Design", "Reading", "Result", "add_to_comparison", "add_to_report",
+           "check_methods", "chi2_p", "design", "figure", "fractional", "html_section", "load",
+           "methods_for", "program", "quantities", "ranks", "reading", "run", "simulate",
+           "summarize", "summary_lines", "to_datatree", "to_json", "write"]

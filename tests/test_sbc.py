@@ -184,6 +184,9 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_result(tmp_path):
     assert text.index("<h1>comparison") < text.index("Simulation-based calibration") < \
         text.index("data:image/png;base64,") < text.index("</body>")
     assert "4 of 4 simulations" in text and text.count("<tr>") == 1 + len(whole.summary)
+    back = sbc.load(tmp_path / "b")  # what a comparison reads back
+    assert [r["verdict"] for r in back.summary] == [r["verdict"] for r in resumed.summary]
+    assert back.done == back.sims == 4
     with pytest.raises(Exception, match="another SBC run"):
         sbc.run("tan_va", "pendulum", out=tmp_path / "b", resume=True, **{**kw, "seed": 6})
 
@@ -209,3 +212,34 @@ def test_cli_bad_input_is_one_line_and_a_tiny_run_writes_its_datatree(tmp_path, 
     assert r.shape[:2] == (1, 3) and np.all((r >= 0) & (r <= 19))
     assert dt.attrs["entry"] == "tan_va" and dt.attrs["sims_done"] == 3
     assert (out / sbc.FIGURE).stat().st_size > 1000
+
+
+def test_compare_with_sbc_exposes_the_result_and_writes_its_section(tmp_path):
+    """ssgp_ppl.compare(sbc=N) at tiny size: SBC on the comparison's training inputs (its first
+    80 rows at small size, 40 of them the design) with the comparison's overrides on top of SBC's
+    small defaults, its section once in the report, and the result on the Comparison, also when
+    read back from the folder."""
+    import ssgp_ppl
+    from ssgp_ppl.errors import SSGPError
+
+    tiny = ["m=2", "smc.particles=100", "smc.mcmc_steps=2", "smc.integration_steps=4",
+            "ncvmp.restarts=1", "ncvmp.max_iter=30"]
+    out = tmp_path / "c"
+    cmp = ssgp_ppl.compare("tan_va", data="pendulum", out=out, small=True, steps=30, samples=30,
+                           chains=2, settings=tiny, sbc=3, seed=2, progress=False)
+    res = cmp.sbc
+    assert res.done == res.sims == 3
+    t = res.tree
+    assert (t.attrs["entry"], t.attrs["data"], t.attrs["m"], t.attrs["rows"]) == (
+        "tan_va", "pendulum", 2, 40)
+    assert list(t["ranks"]["method"].values) == ["ncvmp", "reference"]
+    r = np.asarray(t["ranks"]["rank"])
+    assert r.shape == (2, 3, len(t["ranks"]["quantity"])) and np.all((r >= 0) & (r <= sbc.DRAWS))
+    text = cmp.report.read_text()
+    assert text.count("<h2>Simulation-based calibration</h2>") == 1
+    assert "3 of 3 simulations on 40 design points of pendulum" in text
+    back = ssgp_ppl.load_comparison(out).sbc
+    np.testing.assert_array_equal(np.asarray(back.tree["ranks"]["rank"]), r)
+    assert (out / sbc.COMPARISON_FOLDER / sbc.FIGURE).is_file()
+    with pytest.raises(SSGPError, match="sbc must be a positive integer"):
+        ssgp_ppl.compare("tan_va", data="pendulum", out=tmp_path / "d", sbc=0)
