@@ -93,8 +93,8 @@ def fractional(r, draws: int, rng: np.random.Generator | None = None) -> np.ndar
 class Reading(NamedTuple):
     """The ranks of one quantity against uniformity: the ECDF minus the uniform CDF at
     ``points`` (of the fractional ranks), its simultaneous band (``lower``, ``upper``), the χ²
-    p-value of binned ranks, the share of points outside the band and the one-line
-    ``verdict``."""
+    p-value of binned ranks, the share of points outside the band, the one-line ``verdict`` and
+    its ``shape`` in a word or two (one of :data:`SHAPES`)."""
 
     points: np.ndarray
     delta: np.ndarray
@@ -104,6 +104,12 @@ class Reading(NamedTuple):
     outside: float
     sims: int
     verdict: str
+    shape: str
+
+
+# a reading's shape: uniform ranks, ranks piled in the middle, at both ends, near 0, near L
+SHAPES = ("calibrated", "over-dispersed", "under-dispersed", "biased high", "biased low",
+          "no simulations")
 
 
 def chi2_p(r, draws: int, bins: int | None = None) -> float:
@@ -139,26 +145,27 @@ def reading(r, draws: int, *, prob: float = BAND, alpha: float = ALPHA, seed: in
     if u.size < 2:
         nan = np.full(1, np.nan)
         return Reading(nan, nan, nan, nan, float("nan"), float("nan"), int(u.size),
-                       "no simulations")
+                       "no simulations", "no simulations")
     points, ecdf, lower, upper = ecdf_pit(u, prob, 1000, rng=rng)
     delta, lo, hi = ecdf - points, lower - points, upper - points
     out = (delta < lo - 1e-12) | (delta > hi + 1e-12)
     p = chi2_p(r, draws)
     if not out.any() and not p < alpha:
+        shape = "calibrated"
         verdict = f"calibrated (inside the simultaneous {prob:.0%} band, χ² p = {p:.2g})"
     else:
         low, high = delta[points < 0.5].mean(), delta[points > 0.5].mean()
         if low < 0 < high:
-            why = "over-dispersed: posterior too wide (ranks piled in the middle)"
+            shape, why = "over-dispersed", "posterior too wide (ranks piled in the middle)"
         elif high < 0 < low:
-            why = "under-dispersed: posterior over-confident (ranks piled at both ends)"
+            shape, why = "under-dispersed", "posterior over-confident (ranks piled at both ends)"
         elif low > 0 and high > 0:
-            why = "biased: posterior above the truth (ranks piled near 0)"
+            shape, why = "biased high", "posterior above the truth (ranks piled near 0)"
         else:
-            why = "biased: posterior below the truth (ranks piled near L)"
-        verdict = (f"NOT calibrated, {why}; outside the {prob:.0%} band at {out.mean():.0%} of "
-                   f"points, χ² p = {p:.2g}")
-    return Reading(points, delta, lo, hi, p, float(out.mean()), int(u.size), verdict)
+            shape, why = "biased low", "posterior below the truth (ranks piled near L)"
+        verdict = (f"NOT calibrated, {shape}: {why}; outside the {prob:.0%} band at "
+                   f"{out.mean():.0%} of points, χ² p = {p:.2g}")
+    return Reading(points, delta, lo, hi, p, float(out.mean()), int(u.size), verdict, shape)
 
 
 # ----------------------------------------------------------------------------- test quantities
@@ -981,7 +988,7 @@ def summarize(tree) -> tuple[list[dict], dict]:
             reads[(str(meth), str(qn))] = rd
             rows.append({"method": str(meth), "quantity": str(qn), "sims": rd.sims,
                          "chi2_p": rd.chi2_p, "outside_band": rd.outside,
-                         "calibrated": rd.verdict.startswith("calibrated"),
+                         "calibrated": rd.shape == "calibrated", "shape": rd.shape,
                          "verdict": rd.verdict})
     return rows, reads
 
@@ -1124,36 +1131,66 @@ def figure(result: Result, quantities_: list[str] | None = None, cols: int = 4):
     fig.suptitle(f"SBC of {result.tree.attrs['entry']} on {result.tree.attrs['data']} design "
                  f"points: {result.done} simulations, L = {draws}, "
                  f"{BAND:.0%} simultaneous band", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))  # the title's own strip
     return fig
 
 
+FEW_SIMULATIONS = 50  # below this, a report says the readings show gross failures only
+
+
 def html_section(result: Result) -> str:
-    """The SBC section of a comparison report: the summary table and the figure."""
+    """The SBC section of a comparison report: per method its tally (quantities calibrated,
+    fits converged and failed, seconds per simulation), one row per quantity with each method's
+    reading (its shape and χ² p; the full verdict as the cell's tooltip), and the figure."""
     import base64
     import html
 
     import matplotlib.pyplot as plt
 
-    fig = figure(result)
+    fig = figure(result, cols=6)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
     plt.close(fig)
     img = base64.b64encode(buf.getvalue()).decode()
     t = result.tree
-    secs = to_json(result)["seconds_per_simulation"]
-    rows = "".join(f"<tr><td>{html.escape(r['method'])}</td><td>{html.escape(r['quantity'])}</td>"
-                   f"<td>{r['chi2_p']:.3g}</td><td>{r['outside_band']:.0%}</td>"
-                   f"<td>{html.escape(r['verdict'])}</td></tr>" for r in result.summary)
-    timing = ", ".join(f"{m}: {s:.2f} s" for m, s in secs.items())
+    doc = to_json(result)
+    meths = list(doc["seconds_per_simulation"])
+    rows = {(r["method"], r["quantity"]): r for r in result.summary}
+    qs = list(dict.fromkeys(r["quantity"] for r in result.summary))
+    tally = []
+    for m in meths:
+        ok = sum(rows[(m, q)]["calibrated"] for q in qs)
+        tally.append(f"<li><b>{html.escape(m)}</b>: {ok} of {len(qs)} quantities calibrated; "
+                     f"{doc['converged'][m]} of {result.done} fits converged, "
+                     f"{doc['failed'][m]} failed; {doc['seconds_per_simulation'][m]:.2f} s per "
+                     "simulation</li>")
+
+    def cell(r):
+        p = "" if not np.isfinite(r["chi2_p"]) else f" (χ² p {r['chi2_p']:.2g})"
+        style = "" if r["calibrated"] else ' style="color:#b00000"'
+        return f'<td title="{html.escape(r["verdict"])}"{style}>{html.escape(r["shape"])}{p}</td>'
+
+    body = "".join(f"<tr><td>{html.escape(q)}</td>{''.join(cell(rows[(m, q)]) for m in meths)}"
+                   "</tr>" for q in qs)
+    head = "".join(f"<th>{html.escape(m)}</th>" for m in meths)
+    few = (f" With {result.done} simulations a reading catches gross miscalibration only, and "
+           f"one failure among {len(qs)} quantities can be chance; a shape shared by related "
+           "quantities (all the frequency spreads, say) is what carries information."
+           if result.done < FEW_SIMULATIONS else "")
     stopped = f" Stopped early: {html.escape(result.stopped)}." if result.stopped else ""
     return (f"<h2>Simulation-based calibration</h2>\n<p>{result.done} of {result.sims} "
             f"simulations on {t.attrs['rows']} design points of {html.escape(t.attrs['data'])} "
-            f"(m = {t.attrs['m']}), L = {t.attrs['draws']} draws per simulation; ranks of each "
-            "quantity of the simulated parameters among the posterior draws should be uniform "
-            f"(Talts et al. 2018). Seconds per simulation: {timing}.{stopped}</p>\n"
-            "<table><tr><th>method</th><th>quantity</th><th>χ² p</th><th>outside band</th>"
-            f"<th>reading</th></tr>{rows}</table>\n"
+            f"(the entry at m = {t.attrs['m']} with this comparison's overrides): parameters drawn "
+            "from the prior, data simulated, each method fitted; the rank of each quantity of "
+            f"the simulated parameters among L = {t.attrs['draws']} posterior draws is uniform "
+            "for an exact posterior (Talts et al. 2018). A reading is <i>calibrated</i> when the "
+            f"ECDF of the ranks stays inside the {BAND:.0%} simultaneous band and a χ² test does "
+            f"not reject at {ALPHA:g}; otherwise its shape: <i>under-dispersed</i> (ranks at both "
+            "ends: over-confident), <i>over-dispersed</i> (ranks in the middle: too wide), "
+            "<i>biased high</i> or <i>low</i> (posterior above or below the truth). Quantities "
+            f"are in the model's standardised units.{few}{stopped}</p>\n"
+            f"<ul>{''.join(tally)}</ul>\n"
+            f"<table><tr><th>quantity</th>{head}</tr>{body}</table>\n"
             f'<img src="data:image/png;base64,{img}" alt="SBC rank histograms and ECDF '
             'differences">\n')
 
@@ -1169,8 +1206,9 @@ def add_to_report(report: Path, result: Result) -> None:
     write_text_atomic(report, text)
 
 
-__all__ = ["BAND", "COMPARISON_FOLDER", "DRAWS", "LAGS", "METHODS", "ROWS", "SMALL_SETTINGS",
-           "Batch", "Design", "Reading", "Result", "add_to_comparison", "add_to_report",
+__all__ = ["BAND", "COMPARISON_FOLDER", "DRAWS", "FEW_SIMULATIONS", "LAGS", "METHODS", "ROWS",
+           "SHAPES", "SMALL_SETTINGS", "Batch", "Design", "Reading", "Result", "add_to_comparison",
+           "add_to_report",
            "check_methods", "chi2_p", "design", "figure", "fractional", "html_section", "load",
            "methods_for", "program", "quantities", "ranks", "reading", "run", "simulate",
            "summarize", "summary_lines", "to_datatree", "to_json", "write"]

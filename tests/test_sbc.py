@@ -35,7 +35,7 @@ def test_exact_posterior_draws_read_calibrated():
     r = _linear_sbc(1.0)
     for j in range(r.shape[1]):
         rd = sbc.reading(r[:, j], L)
-        assert rd.verdict.startswith("calibrated"), rd.verdict
+        assert rd.verdict.startswith("calibrated") and rd.shape == "calibrated", rd.verdict
         assert rd.chi2_p > 0.05 and rd.outside == 0.0
 
 
@@ -43,7 +43,7 @@ def test_an_over_confident_posterior_reads_under_dispersed():
     r = _linear_sbc(0.5)
     for j in range(r.shape[1]):
         rd = sbc.reading(r[:, j], L)
-        assert "under-dispersed" in rd.verdict, rd.verdict
+        assert rd.shape == "under-dispersed" and "over-confident" in rd.verdict, rd.verdict
         assert rd.chi2_p < 1e-6
         # ranks at both ends: far more than the 2/(L+1) share of the two extreme ranks each
         assert np.mean((r[:, j] == 0) | (r[:, j] == L)) > 0.08
@@ -51,12 +51,15 @@ def test_an_over_confident_posterior_reads_under_dispersed():
 
 def test_a_too_wide_posterior_reads_over_dispersed_and_a_shifted_one_biased():
     wide = _linear_sbc(2.0)
-    assert "over-dispersed" in sbc.reading(wide[:, 0], L).verdict
+    assert sbc.reading(wide[:, 0], L).shape == "over-dispersed"
     rng = np.random.default_rng(0)
     truth = rng.normal(size=300)
     high = truth[:, None] + 0.5 + rng.normal(size=(300, L))  # draws above the truth
     r = sbc.ranks(high[..., None], truth[:, None], rng)[:, 0]
-    assert "posterior above the truth" in sbc.reading(r, L).verdict
+    rd = sbc.reading(r, L)
+    assert rd.shape == "biased high" and "posterior above the truth" in rd.verdict
+    rd = sbc.reading(L - r, L)  # mirrored: the posterior below the truth
+    assert rd.shape == "biased low" and "posterior below the truth" in rd.verdict
 
 
 def test_ranks_count_the_draws_below_and_split_ties():
@@ -183,7 +186,14 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_result(tmp_path):
     text = report.read_text()
     assert text.index("<h1>comparison") < text.index("Simulation-based calibration") < \
         text.index("data:image/png;base64,") < text.index("</body>")
-    assert "4 of 4 simulations" in text and text.count("<tr>") == 1 + len(whole.summary)
+    quantities = list(whole.tree["ranks"]["quantity"].values)
+    assert "4 of 4 simulations" in text and text.count("<tr>") == 1 + len(quantities)
+    ok = sum(r["calibrated"] for r in whole.summary)
+    assert f"<b>ncvmp</b>: {ok} of {len(quantities)} quantities calibrated" in text
+    assert text.count("(χ² p ") == 0  # under 10 simulations there is no χ² test
+    shapes = [r["shape"] for r in whole.summary]
+    assert sum(text.count(f">{shape}</td>") for shape in set(shapes)) == len(shapes)
+    assert "With 4 simulations a reading catches gross miscalibration only" in text
     back = sbc.load(tmp_path / "b")  # what a comparison reads back
     assert [r["verdict"] for r in back.summary] == [r["verdict"] for r in resumed.summary]
     assert back.done == back.sims == 4
