@@ -342,7 +342,7 @@ class _SVIProgram:
 
         self.des, self.draws, self.progress = des, draws, progress
         setup = SVI.setup(des.entry, des.dataset)
-        self.setup, self.spec = setup, setup.spec
+        self.spec, self.model, self.guide = setup.spec, setup.model, setup.guide
         model, guide, spec = setup.model, setup.guide, setup.spec
         self.schedule = setup.settings.schedule()
         n = des.x.shape[0]

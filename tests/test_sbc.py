@@ -162,6 +162,24 @@ def test_vi_batches_reuse_one_compiled_chunk():
                                rtol=1e-3, atol=1e-4)
 
 
+def test_stacked_vi_batches_fit_each_simulations_paths_in_one_compiled_chunk():
+    """vi_stacked: a batch's simulations × K paths as one vmapped fit (each simulation's paths
+    started at its screened starts), stacked per simulation: weights on the simplex, L draws,
+    and a second batch reuses the compiled chunk, posterior and screen."""
+    des = sbc.design("ssgp_svi", "pendulum", rows=10,
+                     settings=("m=2", "svi.steps=50", "svi.chunk=25", "svi.min_steps=0",
+                               "svi.paths=3"))
+    truth = sbc.simulate(des, 4, seed=6)
+    prog = sbc.METHODS["vi_stacked"].program(des, 29)  # enough draws for each path's PSIS-LOO
+    first = prog(truth["y"][:2], sbc.sim_keys(6, np.arange(2)))
+    prog(truth["y"][2:], sbc.sim_keys(6, np.arange(2, 4)))
+    assert prog.compiled() == {"chunk": 1, "posterior": 1, "screen": 1}
+    assert first.weights.shape == (2, 3) and np.all(first.weights >= 0)
+    np.testing.assert_allclose(first.weights.sum(axis=1), 1.0, rtol=1e-6)
+    assert first.sites["frequencies"].shape == (2, 29, 2, 9) and not first.failed.any()
+    assert np.all(np.isfinite(first.sites["noise"]))
+
+
 def test_resume_after_an_interruption_gives_the_uninterrupted_result(tmp_path):
     kw = dict(sims=4, methods_=["ncvmp"], rows=12, draws=19, settings=TINY, batch=2,
               progress=False, seed=5)
