@@ -322,6 +322,28 @@ def vi_vs_gold() -> str:
 
 
 # slug: (title, what produced it, the table)
+def sbc() -> str:
+    """reports/sbc.json (benchmarks/sbc.py) as a Markdown table: per entry and SBC method, the
+    quantities read calibrated, seconds per simulation, failed fits and the quantities that were
+    not (with their reading)."""
+    path = ROOT / "reports" / "sbc.json"
+    if not path.exists():
+        return "*Not generated yet: run `python benchmarks/sbc.py` (writes `reports/sbc.json`).*"
+    doc = json.loads(path.read_text())
+    head = ("| entry | method | simulations | calibrated | s / simulation | failed | "
+            "not calibrated |\n| --- | --- | --- | --- | --- | --- | --- |")
+    lines = []
+    for r in doc["records"]:
+        for m, tally in r["calibrated"].items():
+            bad = [f"{s['quantity']}: {s['verdict'].split(';')[0].removeprefix('NOT calibrated, ')}"
+                   for s in r["summary"] if s["method"] == m and not s["calibrated"]]
+            sims = f"{r['sims_done']}" + ("" if not r["stopped"] else f" of {r['sims']} (stopped)")
+            lines.append(f"| `{r['entry']}` | {m} | {sims} | {tally} | "
+                         f"{r['seconds_per_simulation'][m]:.2f} | {r['failed'][m]} | "
+                         f"{'; '.join(bad) or '–'} |")
+    return "\n".join([head, *lines])
+
+
 TABLES = {
     "catalog": ("Catalog entries on pendulum and Auto-MPG",
                 "`python benchmarks/catalog_metrics.py` (split 0, each entry's catalog settings; "
@@ -333,6 +355,12 @@ TABLES = {
                    "polishing), its log evidence per SMC run, and the test NMSE / MNLP of the "
                    "reference, of its chains stacked, of one VI run and of K stacked VI runs.",
                    multimodal),
+    "sbc": ("Simulation-based calibration",
+            "`python benchmarks/sbc.py` (`reports/sbc.json`): every entry with latent variables, "
+            "N simulations on 40 pendulum inputs at small size (m = 6, L = 99 draws), each SBC "
+            "method that applies; a quantity is calibrated when the ECDF of its ranks stays in "
+            "the 99% simultaneous band and the χ² test does not reject at 1% "
+            "([Simulation-based calibration](../guide/sbc.md)).", sbc),
     "step-time": ("Time per optimisation step",
                   "`python benchmarks/step_time.py --plain-loop` (`reports/performance/"
                   "step_time.json`): milliseconds per SVI / ML step of each catalog entry on "

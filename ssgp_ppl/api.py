@@ -191,7 +191,8 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
             dropna: bool = False, encode: str | None = None, dates: str | None = None,
             log_target: bool = False, steps: int | None = None, samples: int | None = None,
             chains: int | None = None, small: bool = False, fresh_reference: bool = False,
-            overwrite: bool = False, resume: bool = False, progress: bool = True):
+            overwrite: bool = False, resume: bool = False, sbc: int | None = None,
+            progress: bool = True):
     """Fit every method of a catalog entry and its reference on one split; write the report.
 
     What ``ssgp-ppl compare`` does: each method's test metrics, coverage curve, PSIS-LOO and,
@@ -223,6 +224,10 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
         Compute the reference here even where a stored gold reference matches.
     overwrite, resume
         Replace a comparison already in ``out``; continue an interrupted one.
+    sbc
+        Add simulation-based calibration of this many simulations (``ssgp-ppl compare --sbc N``:
+        :func:`ssgp_ppl.sbc.run` at its small defaults, ``settings`` on top, on the training
+        inputs of this split) into ``out/sbc`` and its section to the report.
     progress
         Show progress on stderr.
 
@@ -230,14 +235,15 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
     -------
     Comparison
         ``posteriors`` by method, ``table`` (a pandas DataFrame), ``verdict`` and
-        ``reference_label`` of the reference, ``report`` (the HTML file) and ``to_dict()`` (what
-        ``comparison.json`` holds).
+        ``reference_label`` of the reference, ``report`` (the HTML file), ``sbc`` (the SBC
+        result, None without one) and ``to_dict()`` (what ``comparison.json`` holds).
     """
     from ssgp_ppl import report
 
     seed = check_seed(seed)
     budget = {k: _positive(v, k) for k, v in (("steps", steps), ("samples", samples),
                                               ("chains", chains))}
+    sbc = _positive(sbc, "sbc")
     if data is None:
         raise SSGPError("compare needs data= (a name, a file path or a DataFrame)")
     entry = _entry(model, settings)
@@ -249,9 +255,16 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
         entry = _entry(entry, settings)
     entry = report.budget(entry, ds.n_train, **budget)
     out = Path(f"runs/{entry.name}-{ds.name}-compare" if out is None else out)
-    return report.run_comparison(entry, ds, out, seed=seed, progress=progress,
-                                 fresh_reference=fresh_reference, overwrite=overwrite,
-                                 resume=resume)
+    comparison = report.run_comparison(entry, ds, out, seed=seed, progress=progress,
+                                       fresh_reference=fresh_reference, overwrite=overwrite,
+                                       resume=resume)
+    if sbc is not None:
+        from ssgp_ppl import sbc as sbc_module
+
+        sbc_entry = _entry(_entry(model, None).with_overrides(list(sbc_module.SMALL_SETTINGS)),
+                           settings)
+        sbc_module.add_to_comparison(sbc_entry, ds, out, sims=sbc, seed=seed, progress=progress)
+    return comparison
 
 
 def load_comparison(folder: str | Path):

@@ -247,6 +247,37 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--chains", type=_positive, help="the reference's chains")
     c.add_argument("--fresh-reference", action="store_true",
                    help="compute the reference here even where a stored gold reference matches")
+    c.add_argument("--sbc", type=_positive, metavar="N",
+                   help="add simulation-based calibration of N simulations (`ssgp-ppl sbc` at "
+                   "its defaults, --set on top, on the comparison's training inputs) into "
+                   "OUT/sbc and its section to the report")
+
+    b = add("sbc", help="simulation-based calibration of an entry's methods on a data set's "
+            "inputs")
+    b.add_argument("model", help="catalog entry name or a .toml path")
+    b.add_argument("--data", default="pendulum",
+                   help="the data set whose training inputs are the design points (default "
+                   "pendulum)")
+    b.add_argument("--sims", type=_positive, required=True, help="simulations N")
+    b.add_argument("--methods", nargs="+", metavar="METHOD",
+                   help="vi, vi_stacked, ncvmp, reference (default: all that apply)")
+    b.add_argument("--out", help="output directory (default runs/<model>-<data>-sbc): "
+                   "sbc.nc, sbc.json, sbc.png and the checkpoint")
+    b.add_argument("--rows", type=_positive, default=40, help="design points (default 40)")
+    b.add_argument("--draws", type=_positive, default=99,
+                   help="posterior draws L per simulation (default 99)")
+    b.add_argument("--batch", type=_positive, default=20,
+                   help="simulations per compiled batch (default 20)")
+    b.add_argument("--max-minutes", type=float, metavar="MIN",
+                   help="stop before a batch that would end past MIN minutes")
+    b.add_argument("--resume", action="store_true", dest="sbc_resume",
+                   help="continue the run whose checkpoint is in --out")
+    b.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
+    b.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a catalog key on top of the small defaults (m=6), e.g. "
+                   "--set svi.steps=2000")
+    b.add_argument("--x64", action="store_true", help="compute in float64")
+    b.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 
 
@@ -557,7 +588,7 @@ def cmd_compare(args) -> int:
 
     from ssgp_ppl.report import budget, compare, finished_methods
 
-    out = None
+    out = sbc_result = None
     try:
         with _stop_on_signals(), _precision_warnings() as precision:
             entry = _entry(args)
@@ -569,6 +600,8 @@ def cmd_compare(args) -> int:
                               fresh_reference=args.fresh_reference, overwrite=args.overwrite,
                               resume=bool(args.resume),
                               run_record=_run_record(args, COMPARE_ARGS) | {"command": "compare"})
+            if getattr(args, "sbc", None):
+                sbc_result = _compare_sbc(args, data, out)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: 128 + the signal, as fit
         name = getattr(e, "signal", "SIGINT")
         stopped = 128 + signal.Signals[name].value
@@ -597,7 +630,49 @@ def cmd_compare(args) -> int:
         if "reference" in r and not r["reference"]["converged"]:
             print(f"reference NOT CONVERGED: {'; '.join(r['reference']['reasons'])}",
                   file=sys.stderr)
+    if sbc_result is not None:
+        from ssgp_ppl import sbc
+
+        tally = [ln for ln in sbc.summary_lines(sbc_result) if not ln.startswith(" ")]
+        print(f"simulation-based calibration, {sbc_result.done} simulations: "
+              f"{'; '.join(tally)} (each quantity's reading in the report)")
+        print(f"wrote {out / sbc.COMPARISON_FOLDER / sbc.TREE} and "
+              f"{out / sbc.COMPARISON_FOLDER / sbc.SUMMARY}", file=sys.stderr)
     print(f"wrote {out / 'report.html'} and {out / 'comparison.json'}", file=sys.stderr)
+    return 0
+
+
+def _compare_sbc(args, data, out: Path):
+    """``compare --sbc N``: SBC at its defaults on the comparison's training inputs into
+    ``out/sbc``, and its section in the report (:func:`ssgp_ppl.sbc.add_to_comparison`)."""
+    from ssgp_ppl import sbc
+    from ssgp_ppl.entry import load_entry
+
+    entry = load_entry(args.model).with_overrides(list(sbc.SMALL_SETTINGS) + list(args.sets))
+    return sbc.add_to_comparison(entry, data, out, sims=args.sbc, seed=args.seed,
+                                 progress=not args.no_progress)
+
+
+def cmd_sbc(args) -> int:
+    from ssgp_ppl import sbc
+
+    out = Path(args.out or f"runs/{Path(args.model).stem}-{args.data}-sbc")
+    settings = tuple(sbc.SMALL_SETTINGS) + tuple(args.sets)
+    try:
+        with rundir.hold(out):
+            res = sbc.run(args.model, args.data, sims=args.sims, methods_=args.methods, out=out,
+                          seed=args.seed, draws=args.draws, rows=args.rows, settings=settings,
+                          batch=args.batch, max_minutes=args.max_minutes, resume=args.sbc_resume,
+                          progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"ssgp-ppl: stopped; the finished batches are in {out / sbc.CHECKPOINT}; continue "
+              f"with the same command and --resume", file=sys.stderr)
+        return 130
+    print("\n".join(sbc.summary_lines(res)))
+    if res.stopped:
+        print(f"ssgp-ppl: {res.stopped}: {res.done} of {res.sims} simulations done; continue "
+              "with --resume", file=sys.stderr)
+    print(f"wrote {out / sbc.TREE}, {out / sbc.SUMMARY} and {out / sbc.FIGURE}", file=sys.stderr)
     return 0
 
 
@@ -669,7 +744,8 @@ def _main(argv: list[str] | None) -> int:
             if args.command != "models":
                 _check_dask(args)
                 _setup_jax(args.x64, _distributed(args))
-            return {"models": cmd_models, "fit": cmd_fit, "compare": cmd_compare}[args.command](args)
+            return {"models": cmd_models, "fit": cmd_fit, "compare": cmd_compare,
+                    "sbc": cmd_sbc}[args.command](args)
         except BrokenPipeError:  # the reader of the output went away: see main
             raise
         except (SSGPError, OSError, ValueError) as e:  # bad input: one line, exit 2

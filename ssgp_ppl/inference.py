@@ -2,9 +2,11 @@
 
 SVI is a pure kernel (:func:`svi_kernel`: ``init``, ``step``, and ``chunk``: many steps in one
 jitted ``lax.scan``, since a Python loop around a jitted step costs ~4 ms of dispatch per step on a
-small CPU) and one driver (:func:`_drive`) holding what happens between chunks: the NaN check, the
+small CPU) and one driver (:func:`drive_svi`) holding what happens between chunks: the NaN check, the
 stop rule (:class:`_Convergence`), a tqdm bar on stderr, checkpoints and Ctrl-C. :func:`run_svi`
-drives one run; :func:`run_svi_paths` drives K runs as ``jax.vmap`` of the same kernel.
+drives one run; :func:`run_svi_paths` drives K runs as ``jax.vmap`` of the same kernel
+(:func:`vmapped_chunk`), as does simulation-based calibration (:mod:`ssgp_ppl.sbc`), each run
+with its own simulated y.
 Minibatches are drawn *with* replacement by ``random.randint`` (O(batch) per step, unbiased).
 """
 
@@ -48,6 +50,7 @@ class SVIResult(NamedTuple):
     improvement: float | None = None  # nats per 1,000 steps at the end
     improvement_se: float | None = None
     tolerance: float | None = None  # tol · n: what converged means, nats per 1,000 steps
+    failed: bool = False  # its loss turned NaN/inf and drive_svi(on_nan="stop") stopped it there
 
 
 def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_step: int = 1,
@@ -285,7 +288,7 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
             devices: int | None = None) -> SVIResult:
     """Minimise ``loss`` (default NumPyro's Trace_ELBO; an objective of :mod:`ssgp_ppl.objectives`)
     of ``model`` under ``guide`` with :func:`optimizer`, ``schedule.steps`` being an upper bound:
-    :func:`svi_kernel`'s chunks driven by :func:`_drive`.
+    :func:`svi_kernel`'s chunks driven by :func:`drive_svi`.
 
     Each step uses the rows of ``batching`` (:func:`batch_sampler`: full data, random rows, or
     partitions, Hoang et al. 2017, §4.1). A NaN loss stops the run with an error naming the step
@@ -329,7 +332,7 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
     # state, key and losses stay replicated on every device (each process reads its own copy)
     chunk = jax.jit(kernel.chunk, static_argnums=4,
                     out_shardings=None if mesh is None else sharding.replicated(mesh))
-    return _drive(lambda st, active, length: chunk(st, x, y, aux, length), state, schedule,
+    return drive_svi(lambda st, active, length: chunk(st, x, y, aux, length), state, schedule,
                   int(x.shape[0]), paths=0, params=lambda st, i: kernel.params(st),
                   progress=progress, desc=desc, callback=callback, checkpoint=checkpoint,
                   saved=saved)[0]
@@ -339,12 +342,12 @@ def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedu
                   batching: Batching | None = None, seeds: list[int], progress: bool = True,
                   desc: str = "svi") -> list[SVIResult]:
     """K runs of :func:`run_svi` as one: ``jax.vmap`` of one :func:`svi_kernel`'s chunk over the
-    paths inside one jit, driven by :func:`_drive` (one progress bar, "``desc`` ×K paths"). Path
-    k is ``pairs[k]`` = (model, guide), initialised by its own guide (its start) with the key
-    stream of ``seeds[k]``; every path then takes the same update, so the models and guides must
-    differ only in their starting values. A path that meets the stop rule is frozen (its later
-    steps are masked out), so each path's result is the one of its own run. Single process, no
-    checkpoint (use :func:`run_svi` path by path for those)."""
+    paths inside one jit (:func:`vmapped_chunk`), driven by :func:`drive_svi` (one progress bar,
+    "``desc`` ×K paths"). Path k is ``pairs[k]`` = (model, guide), initialised by its own guide
+    (its start) with the key stream of ``seeds[k]``; every path then takes the same update, so the
+    models and guides must differ only in their starting values. A path that meets the stop rule
+    is frozen (its later steps are masked out), so each path's result is the one of its own run.
+    Single process, no checkpoint (use :func:`run_svi` path by path for those)."""
     if schedule.steps < 1:
         raise SSGPError(f"steps must be >= 1, got {schedule.steps}")
     bs, partitions, per_step = batching or Batching()
@@ -355,33 +358,96 @@ def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedu
               for k, seed in zip(kernels, seeds, strict=True)]
     kernel = kernels[0]  # its update (set up by its init) serves every path
     state = jax.tree.map(lambda *a: jnp.stack(a), *states)
-
-    @functools.partial(jax.jit, static_argnums=5)
-    def chunk(st, active, x, y, aux, length):
-        return jax.vmap(lambda s, a: kernel.chunk(s, x, y, aux, length, a))(st, active)
-
-    return _drive(lambda st, active, length: chunk(st, jnp.asarray(active), x, y, aux, length),
+    chunk = vmapped_chunk(kernel)
+    return drive_svi(lambda st, active, length: chunk(st, jnp.asarray(active), x, y, aux, length),
                   state, schedule, int(x.shape[0]), paths=len(pairs),
                   params=lambda st, i: kernel.params(jax.tree.map(lambda a: a[i], st)),
                   progress=progress, desc=desc)
 
 
-def _drive(advance: Callable, state, schedule: Schedule, rows: int, *, paths: int,
-           params: Callable, progress: bool, desc: str, callback: Callable | None = None,
-           checkpoint: ckpt_io.Checkpoint | None = None,
-           saved: ckpt_io.Saved | None = None) -> list[SVIResult]:
-    """The one loop around a kernel's jitted chunks: ``advance(state, active, length)`` → (state,
-    losses) runs ``length`` steps of one run (``paths`` = 0; losses (length,)) or of ``paths``
-    vmapped runs (losses (paths, length); ``active`` (paths,) False for a frozen path). After each
-    chunk: the NaN check, each run's stop rule (:class:`_Convergence`), one progress bar,
-    ``callback(steps_done, params)``, Ctrl-C / SIGTERM / SIGHUP (with a ``checkpoint``: stop
-    after the chunk and save) and the checkpoint's saves; ``saved`` (a run's loaded checkpoint)
-    resumes its bookkeeping. ``params(state, k)``: run k's constrained parameters. One
-    :class:`SVIResult` per run."""
+def vmapped_chunk(kernel: SVIKernel, *, y_per_run: bool = False) -> Callable:
+    """``kernel``'s chunk under ``jax.vmap`` over R runs inside one jit, the program
+    :func:`drive_svi` advances vmapped runs with.
+
+    Parameters
+    ----------
+    kernel
+        An :func:`svi_kernel` (its ``init`` called once: its update serves every run).
+    y_per_run
+        False: every run fits the same y (n,) (the paths of :func:`run_svi_paths`); True: run r
+        fits its own ``y[r]`` (R, n) (the simulations of :mod:`ssgp_ppl.sbc`).
+
+    Returns
+    -------
+    Callable
+        ``chunk(state, active, x, y, aux, length)`` → (state, losses (R, length)), ``state`` the
+        runs' :class:`SVIState` stacked, ``active`` (R,) False for a frozen run (its state kept),
+        ``length`` static. One compilation per ``length`` and shapes, reused by every call.
+    """
+    y_axis = 0 if y_per_run else None
+
+    @functools.partial(jax.jit, static_argnums=5)
+    def chunk(st, active, x, y, aux, length):
+        return jax.vmap(lambda s, a, yy: kernel.chunk(s, x, yy, aux, length, a),
+                        in_axes=(0, 0, y_axis))(st, active, y)
+
+    return chunk
+
+
+NAN_CHOICES = ("raise", "stop")
+
+
+def drive_svi(advance: Callable, state, schedule: Schedule, rows: int, *, paths: int,
+              params: Callable, progress: bool, desc: str, callback: Callable | None = None,
+              checkpoint: ckpt_io.Checkpoint | None = None, saved: ckpt_io.Saved | None = None,
+              on_nan: str = "raise") -> list[SVIResult]:
+    """The one loop around an SVI kernel's jitted chunks (:func:`run_svi`,
+    :func:`run_svi_paths`, :mod:`ssgp_ppl.sbc`).
+
+    After each chunk: the NaN check, each run's stop rule (:class:`_Convergence`: converged when
+    the loss's improvement per 1,000 steps, with its 2-SE band, is within ``schedule.tol`` ·
+    ``rows`` nats), one progress bar, ``callback``, Ctrl-C / SIGTERM / SIGHUP (with a
+    ``checkpoint``: stop after the chunk and save) and the checkpoint's saves. A run that
+    converges is frozen (its later steps masked out by ``advance``).
+
+    Parameters
+    ----------
+    advance
+        ``advance(state, active, length)`` → (state, losses): ``length`` steps of one run
+        (``paths`` = 0; losses (length,)) or of ``paths`` vmapped runs (losses (paths, length);
+        ``active`` (paths,) False for a frozen run), e.g. :func:`vmapped_chunk`'s program.
+    state
+        The runs' initial state.
+    schedule, rows
+        The steps, chunk length and stop rule; the rows the loss is scaled to.
+    paths
+        0 for one run, else the number of vmapped runs.
+    params
+        ``params(state, k)``: run k's constrained parameters.
+    progress, desc
+        One tqdm bar on stderr and its label ("``desc`` ×K paths" for K runs).
+    callback
+        ``callback(steps_done, params)`` of run 0 after each chunk, on the host.
+    checkpoint, saved
+        Save run 0's state as :func:`run_svi` says; ``saved`` (its loaded checkpoint) resumes
+        the bookkeeping.
+    on_nan
+        A loss turned NaN/inf: "raise" an SSGPError naming the step and the last finite loss;
+        "stop" that run alone (frozen from then on, its result ``failed``; a batch of
+        simulations, where one bad draw must not end the others).
+
+    Returns
+    -------
+    list[SVIResult]
+        One per run.
+    """
+    if on_nan not in NAN_CHOICES:
+        raise SSGPError(f"on_nan must be one of {', '.join(NAN_CHOICES)}, got {on_nan!r}")
     steps, size, count = schedule.steps, schedule.chunk, max(paths, 1)
     losses: list[list[np.ndarray]] = [[] for _ in range(count)]
     convs = [_Convergence(schedule, rows) for _ in range(count)]
     done, converged = np.zeros(count, int), np.zeros(count, bool)
+    failed = np.zeros(count, bool)
     first_chunk, seconds_before = (0, 0.0), 0.0
     if saved is not None:
         done[0], converged[0], first_chunk = saved.done, saved.converged, saved.first_chunk
@@ -409,7 +475,7 @@ def _drive(advance: Callable, state, schedule: Schedule, rows: int, *, paths: in
     with (_graceful_sigint(checkpoint is not None) as stop,
           tqdm(total=steps, initial=min(int(done.max()), steps), desc=label, disable=not progress,
                leave=False, mininterval=0.5) as bar):
-        while not halt and (active := ~converged & (done < steps)).any():
+        while not halt and (active := ~converged & ~failed & (done < steps)).any():
             length = int(min(size, steps - done[active].min()))
             t_chunk = time.perf_counter()
             state, chunk_losses = advance(state, active, length)
@@ -417,15 +483,21 @@ def _drive(advance: Callable, state, schedule: Schedule, rows: int, *, paths: in
             if done[active].min() == 0:
                 first_chunk = (length, time.perf_counter() - t_chunk)
             for i in np.flatnonzero(active):
+                if on_nan == "stop" and not np.all(np.isfinite(chunk_losses[i])):
+                    bad = int(np.argmin(np.isfinite(chunk_losses[i])))
+                    losses[i].append(chunk_losses[i][:bad])  # its finite steps
+                    done[i] += bad
+                    failed[i] = True
+                    continue
                 _check_finite(chunk_losses[i], losses[i], int(done[i]),
                               f"path {i}: " if paths else "")
                 losses[i].append(chunk_losses[i])
                 done[i] += length
                 converged[i] = convs[i].add(chunk_losses[i], int(done[i]))
             bar.update(int(done.max()) - bar.n)
-            best = min(c.means[-1] for c in convs if c.means)
-            bar.set_postfix(loss=f"{best:.4g}", refresh=False,
-                            **({"converged": f"{converged.sum()}/{paths}"} if paths else {}))
+            if means := [c.means[-1] for c in convs if c.means]:
+                bar.set_postfix(loss=f"{min(means):.4g}", refresh=False,
+                                **({"converged": f"{converged.sum()}/{paths}"} if paths else {}))
             if callback is not None:
                 callback(int(done[0]), sharding.host(params(state, 0)))
             halt = stop["requested"]
@@ -444,7 +516,7 @@ def _drive(advance: Callable, state, schedule: Schedule, rows: int, *, paths: in
                              np.concatenate(losses[i]) if losses[i] else np.zeros(0),
                              int(done[i]), bool(converged[i]), seconds, first_chunk, interrupted,
                              (stop["signal"] or "SIGINT") if interrupted else None,
-                             *_reading(convs[i])))
+                             *_reading(convs[i]), bool(failed[i])))
     return out
 
 
@@ -564,6 +636,7 @@ def run_nuts(
     return mcmc
 
 
-__all__ = ["Batching", "SVIResult", "Schedule", "Trend", "batch_sampler", "guide_draws",
-           "guide_draws_with_density", "loss_trend", "optimizer", "reparam_for_nuts", "run_nuts",
-           "run_svi", "run_svi_paths", "site_values"]
+__all__ = ["NAN_CHOICES", "Batching", "SVIKernel", "SVIResult", "SVIState", "Schedule", "Trend",
+           "batch_sampler", "drive_svi", "guide_draws", "guide_draws_with_density", "loss_trend",
+           "optimizer", "reparam_for_nuts", "run_nuts", "run_svi", "run_svi_paths", "site_values",
+           "svi_kernel", "vmapped_chunk"]

@@ -159,12 +159,18 @@ def loo_log_density(post: Posterior, data) -> np.ndarray:
     return path_loo(post, data).elpd
 
 
-def final_loss(post: Posterior) -> float:
-    """The path's final objective (mean of its last 10% of losses; +inf without a trace)."""
-    if post.losses is None or len(post.losses) == 0:
+def tail_loss(losses) -> float:
+    """The final objective of a loss trace: the mean of its last 10% (finite ones; +inf for an
+    empty trace or one without a finite value there)."""
+    if losses is None or len(losses) == 0:
         return float("inf")
-    tail = np.asarray(post.losses)[-max(1, len(post.losses) // 10):]
+    tail = np.asarray(losses)[-max(1, len(losses) // 10):]
     return float(np.mean(tail[np.isfinite(tail)])) if np.isfinite(tail).any() else float("inf")
+
+
+def final_loss(post: Posterior) -> float:
+    """The path's final objective (:func:`tail_loss` of its losses; +inf without a trace)."""
+    return tail_loss(post.losses)
 
 
 OBJECTIVE_KINDS = {"loss": "final loss (mean of the last 10%: −ELBO for SVI, −bound for NCVMP)",
@@ -320,4 +326,4 @@ def run(method, entry, data, *, paths: int, how: str, seed: int = 0, steps=None,
 
 __all__ = ["MIXTURE_DRAWS", "OBJECTIVE_KINDS", "SCREEN_DRAWS", "PathLOO", "combine",
            "dispersed_starts", "path_checkpoint", "path_loo", "path_seed", "run",
-           "screened_starts", "split_chains", "weights_of"]
+           "screened_starts", "split_chains", "tail_loss", "weights_of"]

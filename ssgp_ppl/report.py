@@ -1316,6 +1316,16 @@ class Comparison:
         """The HTML report (None for a comparison not written)."""
         return None if self.folder is None else self.folder / "report.html"
 
+    @property
+    def sbc(self):
+        """The simulation-based calibration added to the comparison (``compare --sbc N``), a
+        :class:`ssgp_ppl.sbc.Result` read from the folder's ``sbc/sbc.nc``; None without one."""
+        from ssgp_ppl import sbc
+
+        if self.folder is None or not (self.folder / sbc.COMPARISON_FOLDER / sbc.TREE).is_file():
+            return None
+        return sbc.load(self.folder / sbc.COMPARISON_FOLDER)
+
     def record(self, label: str) -> dict:
         """The record of method ``label`` (its test metrics, coverage curve, LOO, …)."""
         rec = next((r for r in self.records if r["method"] == label), None)

@@ -33,7 +33,8 @@ LONGEST = ("test_docs.py::test_docs_site_builds", "test_smc.py::test_multimodal"
            "test_packaging.py::", "test_methods.py::", "test_properties.py::", "test_tan.py::",
            "test_report.py::", "test_catalog_metrics.py::", "test_api.py::",
            "test_checkpoint.py::test_cli_sigint", "test_sharding.py::", "test_cluster.py::",
-           "test_rundir.py::test_compare_sigterm", "test_gold.py::")
+           "test_rundir.py::test_compare_sigterm", "test_gold.py::",
+           "test_sbc.py::test_compare_with_sbc")
 
 
 def pytest_collection_modifyitems(items):

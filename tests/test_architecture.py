@@ -1,6 +1,7 @@
 """The package's shape: only the method registry compares method names, only the densities
 module knows spectral densities by name or class, guide abilities are methods (no getattr/hasattr
-lookups), and no module imports another that imports it back."""
+lookups), no module uses another's private names, and no module imports another that imports it
+back."""
 
 import ast
 import re
@@ -169,6 +170,57 @@ def test_the_check_finds_likelihood_name_switches():
     assert len(_likelihood_name_switches(tree, src)) == 7
     assert sorted(h.split(": ")[1] for h in _likelihood_names_spelled(tree)) == [
         "'logit'", "'poisson'", "'probit'", "'probit'", "'probit'"]
+
+
+# NamedTuple's own methods: public API despite the underscore
+NAMEDTUPLE_METHODS = {"_replace", "_asdict", "_fields", "_field_defaults", "_make"}
+
+
+def _private_uses(tree: ast.AST, source: str) -> list[str]:
+    """Uses of another ssgp_ppl module's private names: ``from ssgp_ppl.x import _name``, and
+    ``name._attr`` / ``name.sub._attr`` where ``name`` was imported from (or is) an ssgp_ppl
+    module (``SVI._setup``, ``inference._drive``). A module's own names, and attributes of
+    objects it built, are its business."""
+    bound, found = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ssgp_ppl"):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"line {node.lineno}: from {node.module} import {a.name}")
+                bound.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            bound |= {a.asname or a.name.split(".")[0] for a in node.names
+                      if a.name.startswith("ssgp_ppl")}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__") and node.attr not in NAMEDTUPLE_METHODS):
+            continue
+        base = node.value
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        if isinstance(base, ast.Name) and base.id in bound:
+            found.append(f"line {node.lineno}: {ast.get_source_segment(source, node)}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    """What one module needs of another has a public, documented name there."""
+    offenders = _offenders(_private_uses)
+    assert not offenders, offenders
+
+
+def test_the_check_finds_private_names_of_other_modules():
+    src = ('import ssgp_ppl.smc\n'
+           'from ssgp_ppl import inference\n'
+           'from ssgp_ppl.inference import _Convergence, run_svi\n'
+           'from ssgp_ppl.methods.svi import SVI\n'
+           'def f(ds, own):\n'
+           '    a = SVI._setup(1) + inference._drive + ssgp_ppl.smc._label\n'
+           '    return ds._replace(a=a), own._private, run_svi.__doc__\n')
+    hits = _private_uses(ast.parse(src), src)
+    assert sorted(h.split(": ", 1)[1] for h in hits) == [
+        "SVI._setup", "from ssgp_ppl.inference import _Convergence", "inference._drive",
+        "ssgp_ppl.smc._label"], hits
 
 
 def test_guide_abilities_are_not_looked_up_with_getattr():

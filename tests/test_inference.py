@@ -301,3 +301,50 @@ def test_the_paths_show_one_progress_bar_with_their_count(capfd):
     assert [len(r.losses) for r in res] == [r.steps for r in res] == [300] * 3
     starts = [float(r.losses[0]) for r in res]
     assert starts[2] > starts[0] > starts[1]  # each path's own start: μ₀ = −3 is the farthest
+
+
+def test_runs_on_their_own_data_are_each_its_own_fit_and_a_nan_stops_one_alone():
+    """vmapped_chunk(y_per_run=True) driven by drive_svi: run r fits y[r] (μ moves to its own
+    mean) and takes the steps run_svi takes on y[r] alone (to float32 rounding under vmap); a run
+    whose data make the loss NaN is stopped and marked failed (on_nan="stop") while the others go
+    on, and with on_nan="raise" the same batch is one error naming that run."""
+    import jax.numpy as jnp
+    from numpyro.infer.autoguide import AutoNormal
+
+    from ssgp_ppl.inference import batch_sampler, drive_svi, run_svi, svi_kernel, vmapped_chunk
+
+    x, y = _normal_rows()
+    ys = np.stack([y, y + 2.0, np.where(np.arange(len(y)) == 7, np.nan, y)]).astype(np.float32)
+    schedule = Schedule(200, lr=0.05, chunk=50, tol=0.0)
+    draw, aux = batch_sampler(len(x))
+    guide = AutoNormal(_normal_mean)
+    kernel = svi_kernel(_normal_mean, guide, schedule, draw=draw)
+    xj = jnp.asarray(x)
+
+    def drive(on_nan):
+        states = [kernel.init(jax.random.PRNGKey(s), xj, jnp.asarray(ys[s]), aux)
+                  for s in range(3)]
+        state = jax.tree.map(lambda *a: jnp.stack(a), *states)
+        chunk = vmapped_chunk(kernel, y_per_run=True)
+        return drive_svi(lambda st, active, n: chunk(st, jnp.asarray(active), xj, jnp.asarray(ys),
+                                                     aux, n),
+                         state, schedule, len(x), paths=3, on_nan=on_nan, progress=False,
+                         desc="toy",
+                         params=lambda st, i: kernel.params(jax.tree.map(lambda a: a[i], st)))
+
+    res = drive("stop")
+    assert [r.failed for r in res] == [False, False, True]
+    assert [r.steps for r in res] == [200, 200, 0] and len(res[2].losses) == 0
+    mus = [float(r.params["mu_auto_loc"]) for r in res[:2]]
+    assert mus[0] == pytest.approx(y.mean(), abs=0.05) and mus[1] - mus[0] == pytest.approx(2.0,
+                                                                                           abs=0.05)
+    for s in range(2):
+        alone = run_svi(_normal_mean, guide, x, ys[s], schedule, seed=s, progress=False)
+        np.testing.assert_allclose(res[s].losses, alone.losses, rtol=1e-5)
+        assert float(res[s].params["mu_auto_loc"]) == pytest.approx(
+            float(alone.params["mu_auto_loc"]), abs=1e-5)
+    with pytest.raises(SSGPError, match=r"^path 2: loss became NaN/inf at step 1;"):
+        drive("raise")
+    with pytest.raises(SSGPError, match="on_nan must be one of raise, stop"):
+        drive_svi(None, None, schedule, 1, paths=0, params=None, progress=False, desc="",
+                  on_nan="skip")

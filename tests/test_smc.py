@@ -51,6 +51,41 @@ def test_conjugate_linear_model_evidence_and_moments(x64, conjugate):
     assert res.temperatures > 1
 
 
+def test_the_program_vmapped_over_data_sets_is_each_data_sets_run(x64, conjugate):
+    """tempered_smc_program with the data an argument, vmapped over two data sets in one jit
+    (as simulation-based calibration runs it), gives each data set the run tempered_smc_runs
+    gives it alone from the same prior draws and key (float64, to rounding)."""
+    from ssgp_ppl.smc import (
+        data_potentials,
+        prior_positions,
+        tempered_smc_program,
+        tempered_smc_runs,
+    )
+
+    x, y = conjugate
+    ys = np.stack([y, -0.5 * y])
+    xj = jnp.asarray(x)
+    log_prior, log_lik, _, names, transforms = data_potentials(linear_model, xj, jnp.asarray(y))
+    run = tempered_smc_program(log_prior, log_lik, dim=3, dtype=jnp.float64, particles=128,
+                               mcmc_steps=5)
+    seed = 3
+    key = jax.random.split(jax.random.PRNGKey(seed), 1)[0]  # tempered_smc_runs' run 0
+    z0 = prior_positions(linear_model, xj, None, names, transforms, 128,
+                         jax.random.fold_in(key, 0))
+    batch = jax.jit(jax.vmap(lambda yy: run(z0, key, (xj, yy))))(jnp.asarray(ys))
+    for i, yy in enumerate(ys):
+        alone = tempered_smc_runs(linear_model, x, yy, runs=1, particles=128, mcmc_steps=5,
+                                  seed=seed, pilot=False)[0]
+        assert int(batch.temperatures[i]) == alone.temperatures > 1
+        assert float(batch.log_evidence[i]) == pytest.approx(alone.log_evidence, abs=1e-9)
+        np.testing.assert_allclose(batch.positions[i], alone.positions, atol=1e-9)
+        np.testing.assert_allclose(batch.schedule[i, :alone.temperatures + 1], alone.schedule,
+                                   atol=1e-12)
+    # each element read its own data: the posterior mean is linear in y
+    means = np.asarray(batch.positions).mean(axis=1)
+    np.testing.assert_allclose(means[1], -0.5 * means[0], atol=0.1)
+
+
 def bimodal_model(x=None, y=None):
     """z ~ N(0, 3²) and a likelihood with two bumps: the posterior has two separated modes."""
     z = numpyro.sample("z", dist.Normal(0.0, 3.0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -53,6 +54,21 @@ class SVISettings(Settings):
     def schedule(self, steps: int | None = None) -> Schedule:
         n = self.steps if steps is None else steps
         return Schedule(n, self.lr, self.lr_halflife, self.chunk, self.tol, 4, min(self.min_steps, n))
+
+
+class SVISetup(NamedTuple):
+    """What one SVI fit of an entry runs (:meth:`SVIMethod.setup`): its ``settings``, the
+    model ``spec`` for the data, the ``model`` (non-centred frequencies where the settings ask the
+    model for them), the ``guide`` (:mod:`ssgp_ppl.guides`), the objective ``loss``, the
+    ``batching`` of its steps and the ``partitions`` of the data (:mod:`ssgp_ppl.partitions`)."""
+
+    settings: SVISettings
+    spec: object
+    model: object
+    guide: object
+    loss: object
+    batching: Batching
+    partitions: object
 
 
 def guide_of(entry, spec, model, s: SVISettings):
@@ -165,8 +181,24 @@ class SVIMethod(Method):
     def draws(self, entry, n: int) -> int:
         return common.loo_draws(entry, n) or super().draws(entry, n)
 
-    def _setup(self, entry, data, inputs, seed):
-        """(settings, spec, model, guide, loss, batching, partitions) of one fit."""
+    def setup(self, entry, data, inputs=None, seed: int = 0) -> SVISetup:
+        """The :class:`SVISetup` of one fit of ``entry`` to ``data``: what :meth:`run` and
+        :meth:`run_paths` drive, and what simulation-based calibration (:mod:`ssgp_ppl.sbc`)
+        runs vmapped over simulated data sets.
+
+        Parameters
+        ----------
+        entry, data
+            The catalog entry and the data set (its shapes, partitions and type-II inputs).
+        inputs
+            The hand-over from an earlier fit (:class:`~ssgp_ppl.posterior.Handoff`), or None.
+        seed
+            The seed of the partitions.
+
+        Returns
+        -------
+        SVISetup
+        """
         s = self.settings(entry)
         spec = common.spec_for(entry, data, inputs)
         if not spec.latent_sites():
@@ -183,14 +215,14 @@ class SVIMethod(Method):
         per_step = min(per, partitions.count) if per else 0
         batching = Batching(s.batch_size or None, partitions if per_step else None, max(per_step, 1))
         loss = objective or Trace_ELBO(num_particles=s.num_particles)
-        return s, spec, model, guide, loss, batching, partitions
+        return SVISetup(s, spec, model, guide, loss, batching, partitions)
 
     def run_paths(self, starts, data, *, seed=0, steps=None, progress=True, checkpoint=None,
                   client=None) -> list[Posterior]:
         """The paths vectorised in one jit (:func:`~ssgp_ppl.inference.run_svi_paths`) where they
         differ only in their starts (free frequencies, or the same spectral points) and no
         checkpoint is asked for; path by path otherwise."""
-        setups = [self._setup(e, data, h, seed) for e, h in starts]
+        setups = [self.setup(e, data, h, seed) for e, h in starts]
         specs = [st[1] for st in setups]
         # one update serves every path only where a path's start lives in its initial parameter
         # values alone: NumPyro's autoguides (the papers' guides scale their parameters by the
@@ -214,7 +246,7 @@ class SVIMethod(Method):
 
     def run(self, entry, data, *, seed=0, steps=None, progress=True, inputs=None, checkpoint=None,
             client=None) -> Posterior:
-        setup = self._setup(entry, data, inputs, seed)
+        setup = self.setup(entry, data, inputs, seed)
         s, spec, model, guide, loss, batching, partitions = setup
         t0 = time.perf_counter()
         res = run_svi(model, guide, data.x_train, data.y_train, s.schedule(steps),
@@ -234,4 +266,4 @@ class SVIMethod(Method):
 SVI = SVIMethod()
 
 
-__all__ = ["SVI", "SVIMethod", "SVISettings", "guide_of"]
+__all__ = ["SVI", "SVIMethod", "SVISettings", "SVISetup", "guide_of"]
