@@ -97,8 +97,8 @@ def test_target_key_ignores_last_bits_and_sees_real_changes(pendulum_minmax):
 
 @pytest.fixture(scope="module")
 def tiny_gold(tmp_path_factory, pendulum_minmax):
-    """A gold reference of the quick Tan entry from 4 small SMC runs (float64), stored in a
-    temporary folder."""
+    """A gold reference of the quick Tan entry from 4 small SMC runs (float64, each run adapting
+    its own kernels: no pilot run), stored in a temporary folder."""
     import jax
 
     from ssgp_ppl.methods import common
@@ -111,10 +111,10 @@ def tiny_gold(tmp_path_factory, pendulum_minmax):
     jax.config.update("jax_enable_x64", True)
     try:
         model, _ = target_model(entry, common.spec_for(entry, data, handoff), None, True)
-        runs = tempered_smc_runs(model, data.x_train, data.y_train, runs=4, particles=128,
-                                 mcmc_steps=5, seed=3)
+        runs = tempered_smc_runs(model, data.x_train, data.y_train, runs=4, particles=100,
+                                 mcmc_steps=2, seed=3, pilot=False)
         root = tmp_path_factory.mktemp("gold")
-        g = gold.store(entry, data, handoff, runs, settings={"particles": 128, "mcmc_steps": 5,
+        g = gold.store(entry, data, handoff, runs, settings={"particles": 100, "mcmc_steps": 2,
                                                              "draws_per_run": 100},
                        draws=100, is_draws=20_000, root=root)
     finally:
@@ -159,10 +159,16 @@ def test_stored_reference_is_found_and_holds_its_runs(tiny_gold):
     assert unreliable == (isc["khat"] > gold.IS_KHAT_MAX)
 
 
+# the VI side of the two comparisons below: one short path (the inference settings are not part
+# of the gold's target, test_target_key_ignores_last_bits_and_sees_real_changes)
+QUICK_VI = ["inference.svi.steps=60", "inference.svi.paths=1"]
+
+
 def test_compare_reuses_the_gold_reference_and_runs_no_smc(tiny_gold, tmp_path, monkeypatch):
     import ssgp_ppl.smc
 
     entry, data, g, _ = tiny_gold
+    entry = entry.with_overrides(QUICK_VI)
 
     def no_smc(*a, **k):
         raise AssertionError("compare ran SMC although a gold reference matches")
@@ -186,7 +192,7 @@ def test_compare_reuses_the_gold_reference_and_runs_no_smc(tiny_gold, tmp_path, 
 
 def test_fresh_reference_ignores_the_gold(tiny_gold, tmp_path):
     entry, data, g, _ = tiny_gold
-    entry = entry.with_overrides(["inference.smc.particles=16", "inference.smc.mcmc_steps=2",
+    entry = entry.with_overrides([*QUICK_VI, "inference.smc.particles=16", "inference.smc.mcmc_steps=2",
                                   "inference.smc.samples=30", "inference.smc.warmup=30"])
     records = compare(entry, data, tmp_path, progress=False, gold_root=g.path.parent,
                       fresh_reference=True)
