@@ -323,6 +323,20 @@ def _fill(sites: dict, spec, shape) -> dict:
     return out
 
 
+def _draw_sites(sites: dict, spec, x, y, key, draws: int, marginal: bool) -> dict:
+    """The ranked sites of ``draws`` posterior draws (:func:`_fill`ed): where the method integrates
+    the nuisance s out, a draw of s from its Gaussian conditional given each draw's frequencies,
+    signal and noise (:func:`ssgp_ppl.model.draw_nuisance`)."""
+    from ssgp_ppl.model import draw_nuisance
+
+    sites = _fill(sites, spec, (draws,))
+    if marginal:
+        sites["nuisance"] = jax.vmap(
+            lambda kk, fr, sg, ns: draw_nuisance(kk, spectral.features(x, fr), y, sg, ns))(
+            jax.random.split(key, draws), sites["frequencies"], sites["signal"], sites["noise"])
+    return {k: sites[k] for k in ("frequencies", "signal", "noise", "nuisance") if k in sites}
+
+
 class _SVIProgram:
     """The entry's SVI as one vmapped program over R runs (a batch's simulations × paths): the
     SVI method's own fit (:meth:`~ssgp_ppl.methods.svi.SVIMethod.setup`'s model, guide, loss and
@@ -338,7 +352,6 @@ class _SVIProgram:
 
         from ssgp_ppl.inference import batch_sampler, site_values, svi_kernel, vmapped_chunk
         from ssgp_ppl.methods.svi import SVI
-        from ssgp_ppl.model import draw_nuisance
 
         self.des, self.draws, self.progress = des, draws, progress
         setup = SVI.setup(des.entry, des.dataset)
@@ -363,16 +376,8 @@ class _SVIProgram:
                 k1, k2 = jax.random.split(key)
                 g = Predictive(guide, params=p, num_samples=draws)(k1, x, yy)
                 g = {k: v for k, v in g.items() if k not in ("y", "f")}
-                sites = site_values(model, p, g, x[:1])
-                sites = _fill(sites, spec, (draws,))
-                if marginal:
-                    ks = jax.random.split(k2, draws)
-                    sites["nuisance"] = jax.vmap(
-                        lambda kk, fr, sg, ns: draw_nuisance(kk, spectral.features(x, fr), yy,
-                                                             sg, ns))(
-                        ks, sites["frequencies"], sites["signal"], sites["noise"])
-                return {k: sites[k] for k in ("frequencies", "signal", "noise", "nuisance")
-                        if k in sites}
+                return _draw_sites(site_values(model, p, g, x[:1]), spec, x, yy, k2, draws,
+                                   marginal)
 
             return jax.vmap(one)(params, keys, y)
 
@@ -670,7 +675,6 @@ class Reference(SBCMethod):
         then L of its particles, s from its exact conditional where it is integrated out."""
         from ssgp_ppl.inference import site_values
         from ssgp_ppl.methods.smc import SMCSettings, target_model
-        from ssgp_ppl.model import draw_nuisance
         from ssgp_ppl.smc import data_potentials, prior_positions, tempered_smc_program
 
         s = SMCSettings.of(des.entry, "smc")
@@ -710,16 +714,8 @@ class Reference(SBCMethod):
             def one(pos, key, yy):
                 k1, k2 = jax.random.split(key)
                 keep = jax.random.permutation(k1, particles)[:draws]
-                sites = site_values(model, {}, jax.vmap(constrain)(pos[keep]), x[:1])
-                sites = _fill(sites, spec, (draws,))
-                if collapsed:
-                    ks = jax.random.split(k2, draws)
-                    sites["nuisance"] = jax.vmap(
-                        lambda kk, fr, sg, ns: draw_nuisance(kk, spectral.features(x, fr), yy,
-                                                             sg, ns))(
-                        ks, sites["frequencies"], sites["signal"], sites["noise"])
-                return {k: sites[k] for k in ("frequencies", "signal", "noise", "nuisance")
-                        if k in sites}
+                return _draw_sites(site_values(model, {}, jax.vmap(constrain)(pos[keep]), x[:1]),
+                                   spec, x, yy, k2, draws, collapsed)
 
             return jax.vmap(one)(positions, keys, y)
 
