@@ -20,10 +20,13 @@
 # give uniform ranks. See [Simulation-based calibration](../guide/sbc.md) for the method and how
 # to read the panels.
 #
-# `SSGP_PPL_SMALL=1` (the docs build and the tests) runs 8 simulations with short fits: enough to
-# show the mechanics, far too few to judge calibration. The full run (100 simulations, the
-# entries' own step budgets) takes tens of minutes per entry on two cores;
-# `benchmarks/sbc.py` runs every entry at N = 200 ([results](../results/sbc.md)).
+# `SSGP_PPL_SMALL=1` (the docs build and the tests) runs 8 simulations with short fits and
+# L = 49 draws, and one program per family: `ssgp_svi`'s one-path and stacked VI (not its
+# reference), `svbssgp_collapsed` of the three type-II entries, and `tan_va`'s NCVMP and
+# reference. That is enough to show the mechanics in under a minute, far too little to judge
+# calibration. The full run (100 simulations, L = 99, every entry and method below, the entries'
+# own step budgets) takes tens of minutes per entry on two cores; `benchmarks/sbc.py` runs every
+# entry at N = 200 ([results](../results/sbc.md)).
 
 # %%
 import os
@@ -35,13 +38,15 @@ from ssgp_ppl import sbc
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 SIMS = 8 if SMALL else 100
-QUICK = ("svi.steps=300", "svi.min_steps=0", "svi.paths=2", "smc.particles=128",
-         "ncvmp.restarts=2", "ncvmp.max_iter=100") if SMALL else ()
+DRAWS = 49 if SMALL else sbc.DRAWS  # L; the reference needs at least L particles
+QUICK = ("svi.steps=300", "svi.chunk=100", "svi.min_steps=0", "svi.paths=2", "smc.particles=64",
+         "smc.mcmc_steps=3", "smc.integration_steps=4", "ncvmp.restarts=1",
+         "ncvmp.max_iter=60") if SMALL else ()
 
 
 def run(entry, methods):
     return sbc.run(entry, "pendulum", sims=SIMS, methods_=methods, batch=SIMS if SMALL else 20,
-                   settings=sbc.SMALL_SETTINGS + QUICK, progress=False)
+                   draws=DRAWS, settings=sbc.SMALL_SETTINGS + QUICK, progress=False)
 
 
 def tally(results: dict) -> pd.DataFrame:
@@ -66,10 +71,11 @@ KEY = ["signal", "frequency_spread[0]", "kernel[0, 0.5]", "f[20]", "log_likeliho
 #
 # `ssgp_svi` has priors on every hyperparameter. Its VI is one full-rank Gaussian over the
 # non-centred frequencies; the stacked form mixes K paths started apart. The reference is
-# adaptive tempered SMC with s integrated out, which targets the exact posterior.
+# adaptive tempered SMC with s integrated out, which targets the exact posterior (at small size
+# it runs in the `tan_va` section only).
 
 # %%
-results = {"ssgp_svi": run("ssgp_svi", ["vi", "vi_stacked", "reference"])}
+results = {"ssgp_svi": run("ssgp_svi", ["vi", "vi_stacked"] + ([] if SMALL else ["reference"]))}
 fig = sbc.figure(results["ssgp_svi"], [q for q in KEY if q in results["ssgp_svi"].tree["ranks"]
                                        ["quantity"].values], cols=5)
 plt.show()
@@ -80,10 +86,11 @@ plt.show()
 # These entries estimate σ_n, σ_s and ℓ by type-II maximum likelihood. The simulations hold
 # them at the entry's initial values, and only θ and s (through the kernel, f and the
 # log-likelihood) are ranked. `svbssgp` fits a joint Gaussian over (θ, s); `svbssgp_collapsed`
-# keeps s's exact conditional given θ; `vssgp` is mean field.
+# keeps s's exact conditional given θ; `vssgp` is mean field (at small size `svbssgp_collapsed`
+# alone runs).
 
 # %%
-for entry in ("svbssgp", "svbssgp_collapsed", "vssgp"):
+for entry in ("svbssgp_collapsed",) if SMALL else ("svbssgp", "svbssgp_collapsed", "vssgp"):
     results[entry] = run(entry, ["vi"])
 fig = sbc.figure(results["svbssgp_collapsed"], ["frequency_spread[0]", "kernel[0, 0.5]", "f[20]",
                                                 "log_likelihood"], cols=4)
@@ -128,5 +135,6 @@ print(tally(results).to_string(index=False))
 # - **NCVMP** fits Gaussian q(λ) and q(α) with closed-form scale factors. The noise and signal
 #   come from their exact conditional forms; λ can still show variational over-confidence.
 #
-# At `SSGP_PPL_SMALL=1` the fits are cut short (300 SVI steps) and N = 8: the readings above
-# demonstrate the machinery, not these conclusions.
+# At `SSGP_PPL_SMALL=1` the fits are cut short (300 SVI steps, 64 particles with 3 HMC moves
+# a temperature, NCVMP from the entry's own spectral points without §7's restarts) and N = 8:
+# the readings above demonstrate the machinery, not these conclusions.

@@ -365,7 +365,9 @@ class _SVIProgram:
                                        batching.per_step)
         self.kernel = kernel = svi_kernel(model, guide, self.schedule, draw=draw,
                                           loss=setup.loss)
-        self.init_state = kernel.init(jax.random.PRNGKey(0), x, jnp.zeros(n, x.dtype), self.aux)
+        # one compiled init (NumPyro's eager init dispatches op by op: ten seconds on two cores)
+        self.init = jax.jit(kernel.init)
+        self.init_state = self.init(jax.random.PRNGKey(0), x, jnp.zeros(n, x.dtype), self.aux)
         self.paths = paths
         self.chunk = vmapped_chunk(kernel, y_per_run=True)
         marginal = spec.nuisance == "marginalized"
@@ -393,9 +395,9 @@ class _SVIProgram:
         for r, key in enumerate(keys):
             k1, k2 = jax.random.split(key)
             if starts is not None and starts[r] is not None:
-                base = self.kernel.init(jax.random.PRNGKey(0), self.x,
-                                        jnp.zeros(self.x.shape[0], self.x.dtype), self.aux,
-                                        init_params=starts[r])
+                base = self.init(jax.random.PRNGKey(0), self.x,
+                                 jnp.zeros(self.x.shape[0], self.x.dtype), self.aux,
+                                 init_params=starts[r])
             else:
                 base = self.init_state
             st.append(base._replace(svi=base.svi._replace(rng_key=k1), key=k2))
@@ -681,8 +683,10 @@ class Reference(SBCMethod):
         spec = des.spec
         x = jnp.asarray(des.x)
         # type-II sites at the values the simulations used (their initial values, full shape)
-        start = site_values(des.entry.model(spec), {}, {}, x[:1])
-        type2 = {k: start[k][0] for k in spec.learned_sites()}
+        type2 = {}
+        if spec.learned_sites():
+            start = site_values(des.entry.model(spec), {}, {}, x[:1])
+            type2 = {k: start[k][0] for k in spec.learned_sites()}
         model, collapsed = target_model(des.entry, spec, type2, s.collapse)
         particles = s.particles
         if draws > particles:
@@ -690,7 +694,8 @@ class Reference(SBCMethod):
                             "smc.particles or lower --draws")
         y0 = jnp.zeros(x.shape[0], x.dtype)  # the shapes; each simulation's ỹ is an argument
         log_prior, log_lik, unravel, names, transforms = data_potentials(model, x, y0)
-        probe = prior_positions(model, x, y0, names, transforms, 2, jax.random.PRNGKey(0))
+        probe = jax.eval_shape(lambda k: prior_positions(model, x, y0, names, transforms, 2, k),
+                               jax.random.PRNGKey(0))  # D and the dtype, nothing computed
         smc = tempered_smc_program(log_prior, log_lik, dim=probe.shape[-1], dtype=probe.dtype,
                                    particles=particles, mcmc_steps=s.mcmc_steps,
                                    integration_steps=s.integration_steps,

@@ -82,7 +82,10 @@ def data_potentials(model, x, y, seed: int = 0):
     same shapes. ``(x, y)`` here fixes the shapes (and the latent sites); see :func:`potentials`
     for the densities themselves."""
     key = jax.random.PRNGKey(seed)
-    full = initialize_model(key, model, model_args=(x, y), dynamic_args=True)
+    # the initial point gives the sites' structure alone (the runs start at prior draws): its
+    # gradient is not checked, which would evaluate it eagerly op by op
+    full = initialize_model(key, model, model_args=(x, y), dynamic_args=True,
+                            validate_grad=False)
     z0 = full.param_info.z
     if not z0:
         raise SSGPError("tempered SMC needs latent sample sites; this model has none")
