@@ -81,3 +81,23 @@ def test_count_modes():
     lp = np.where(np.arange(4)[:, None] == 3, 10.0, 0.0) + rng.normal(size=(4, 400))
     assert invariants.count_modes(invariants.as_dataset({"noise": same}, 4),
                                   extra={"lp": lp})["chain_mode"] == [0, 0, 0, 1]
+
+
+@pytest.mark.parametrize(("chains", "draws", "num_samples"), [(1, 2000, 500), (4, 100, 400),
+                                                              (2, 60, 60), (3, 50, 40)])
+def test_marginal_w1_is_arviz_stats_wasserstein(chains, draws, num_samples):
+    """The distances posterior_comparison reports are arviz_stats.wasserstein's (joint=False,
+    the same seeded subsample) to the last bit, on (chain, draw) components of unequal sizes."""
+    from arviz_stats import wasserstein
+
+    rng = np.random.default_rng(chains)
+    a = invariants.as_dataset({"f_test": rng.normal(size=(chains * draws, 6))}, chains)
+    r = invariants.as_dataset({"f_test": rng.gamma(2.0, size=(4 * 150, 6))}, 4)
+    pairs = list(zip(invariants._components(a["f_test"]), invariants._components(r["f_test"]),
+                     strict=True))
+    for seed in (0, 7):
+        want = [wasserstein(x, y, joint=False, num_samples=num_samples, random_seed=seed,
+                            round_to="none") for x, y in pairs]
+        got = invariants.marginal_w1(pairs, num_samples=num_samples, seed=seed)
+        assert got.tolist() == want
+        assert len(set(want)) == len(want)  # six different distances

@@ -106,22 +106,40 @@ def test_handlers_are_restored_after_a_run_even_an_inherited_ignored_sigint(monk
         signal.signal(signal.SIGTERM, before[1])
 
 
-# compare: a quick comparison whose first method (two SVI paths) is done within a minute and whose
-# reference (SMC, then NUTS chains) runs on after it
-SMALL_COMPARE = ["vssgp", "--data", "pendulum", "--set", "m=5", "--set", "svi.paths=2",
-                 "--steps", "200", "--set", "svi.min_steps=0", "--samples", "30", "--chains", "2",
-                 "--set", "smc.particles=32", "--set", "smc.mcmc_steps=2", "--set", "smc.warmup=30",
-                 "--set", "smc.max_tree_depth=5", "--set", "predictive.samples=60"]
+# compare: a quick comparison whose first method (two SVI paths) is done within seconds and whose
+# reference (SMC, then NUTS chains) runs on after it; on a small table of two inputs (120 rows),
+# which keeps the report's VI-vs-reference distances few (2 inputs x 21 lags, 12 test rows)
+SMALL_SETTINGS = ["--set", "m=5", "--set", "svi.paths=2", "--steps", "200", "--set",
+                  "svi.min_steps=0", "--samples", "30", "--chains", "2", "--set",
+                  "smc.particles=32", "--set", "smc.mcmc_steps=2", "--set", "smc.warmup=30",
+                  "--set", "smc.max_tree_depth=5", "--set", "predictive.samples=60"]
+
+
+@pytest.fixture(scope="module")
+def small_table(tmp_path_factory):
+    """A CSV file of 120 rows: two inputs and the target y."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, (120, 2))
+    y = np.sin(2 * x[:, 0]) + 0.5 * x[:, 1] + 0.1 * rng.standard_normal(120)
+    path = tmp_path_factory.mktemp("table") / "small.csv"
+    np.savetxt(path, np.column_stack([x, y]), delimiter=",", header="a,b,y", comments="")
+    return path
+
+
+def _small_compare(table):
+    return ["vssgp", "--data", str(table), "--target", "y", *SMALL_SETTINGS]
 FINISHED = {"comparison.json": '{"methods": []}', "report.html": "<p>the finished run</p>",
             "posterior_nuts.nc": "its draws"}  # a finished comparison's files, as text
 
 
-def _stop_after_svi(out, *extra, name="SIGTERM"):
+def _stop_after_svi(table, out, *extra, name="SIGTERM"):
     """A compare subprocess on ``out`` stopped by ``name`` once its svi method is finished (kept
     for --resume, or written straight into ``out``); its exit status and stderr."""
     from ssgp_ppl.report import finished_methods
 
-    p = _cli("compare", *SMALL_COMPARE, "--no-progress", "--out", str(out), *extra)
+    p = _cli("compare", *_small_compare(table), "--no-progress", "--out", str(out), *extra)
     deadline = time.time() + 400
     while ("svi" not in finished_methods(out) and not (out / "posterior_svi.nc").exists()
            and p.poll() is None and time.time() < deadline):
@@ -180,11 +198,12 @@ def test_a_finished_comparison_is_replaced_only_with_overwrite(tmp_path, capsys)
         "comparison.json", "posterior_ml.nc", "report.html", "run.json"]
 
 
-def test_compare_sigterm_keeps_the_finished_methods_and_resume_does_not_fit_them_again(tmp_path, capsys):
+def test_compare_sigterm_keeps_the_finished_methods_and_resume_does_not_fit_them_again(
+        tmp_path, capsys, small_table):
     from ssgp_ppl.cli import main
 
     out = tmp_path / "out"
-    code, err = _stop_after_svi(out)
+    code, err = _stop_after_svi(small_table, out)
     assert code == 128 + signal.SIGTERM, err
     assert (f"ssgp-ppl: stopped by SIGTERM; finished methods kept in {out / rundir.STAGING}: svi; "
             f"continue with: ssgp-ppl compare --resume {out}") in err, err
@@ -193,7 +212,7 @@ def test_compare_sigterm_keeps_the_finished_methods_and_resume_does_not_fit_them
             for p in (out / rundir.STAGING).glob("posterior_*.nc")}
     assert sorted(kept) == ["posterior_svi-one-path.nc", "posterior_svi.nc"]
     assert not (out / "report.html").exists() and not (out / "comparison.json").exists()
-    assert main(["compare", *SMALL_COMPARE, "--out", str(out)]) == 2  # the same command again
+    assert main(["compare", *_small_compare(small_table), "--out", str(out)]) == 2  # the same again
     assert f"interrupted comparison: continue it with ssgp-ppl compare --resume {out}" in \
         capsys.readouterr().err
 
@@ -210,13 +229,13 @@ def test_compare_sigterm_keeps_the_finished_methods_and_resume_does_not_fit_them
     assert (out / "report.html").exists() and not (out / rundir.STAGING).exists()
 
 
-def test_an_interrupted_compare_overwrite_leaves_the_finished_run_whole(tmp_path):
+def test_an_interrupted_compare_overwrite_leaves_the_finished_run_whole(tmp_path, small_table):
     """The new run's posteriors wait in the staging directory: never beside the old report."""
     out = tmp_path / "out"
     out.mkdir()
     for name, text in FINISHED.items():
         (out / name).write_text(text)
-    code, err = _stop_after_svi(out, "--overwrite", "--set", "svi.paths=1")
+    code, err = _stop_after_svi(small_table, out, "--overwrite", "--set", "svi.paths=1")
     assert code == 128 + signal.SIGTERM, err
     assert {name: (out / name).read_text() for name in FINISHED} == FINISHED
     assert sorted(p.name for p in out.iterdir()) == sorted([*FINISHED, rundir.LOCK,
