@@ -30,6 +30,7 @@
 
 # %%
 import os
+from collections import Counter
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -50,17 +51,19 @@ def run(entry, methods):
 
 
 def tally(results: dict) -> pd.DataFrame:
-    """Per entry and method: quantities read calibrated, and seconds per simulation."""
+    """Per entry and method: quantities read calibrated, seconds per simulation, and the
+    quantities that are not, by kind (frequency_spread ×7: seven of the inputs' spreads)."""
     rows = []
     for entry, res in results.items():
         secs = sbc.to_json(res)["seconds_per_simulation"]
         for m in dict.fromkeys(r["method"] for r in res.summary):
             mine = [r for r in res.summary if r["method"] == m]
-            bad = [r["quantity"] for r in mine if not r["calibrated"]]
+            kinds = Counter(r["quantity"].split("[")[0] for r in mine if not r["calibrated"])
             rows.append({"entry": entry, "method": m, "simulations": res.done,
-                         "calibrated": f"{len(mine) - len(bad)}/{len(mine)}",
+                         "calibrated": f"{len(mine) - kinds.total()}/{len(mine)}",
                          "s / simulation": round(secs[m], 2),
-                         "not calibrated": ", ".join(bad[:6]) + (" …" if len(bad) > 6 else "")})
+                         "not calibrated": ", ".join(k if c == 1 else f"{k} ×{c}"
+                                                     for k, c in kinds.items())})
     return pd.DataFrame(rows)
 
 

@@ -179,7 +179,7 @@ NAMEDTUPLE_METHODS = {"_replace", "_asdict", "_fields", "_field_defaults", "_mak
 def _private_uses(tree: ast.AST, source: str) -> list[str]:
     """Uses of another ssgp_ppl module's private names: ``from ssgp_ppl.x import _name``, and
     ``name._attr`` / ``name.sub._attr`` where ``name`` was imported from (or is) an ssgp_ppl
-    module (``SVI._setup``, ``inference._drive``). A module's own names, and attributes of
+    module (``SVI._helper``, ``inference._loop``). A module's own names, and attributes of
     objects it built, are its business."""
     bound, found = set(), []
     for node in ast.walk(tree):
