@@ -73,7 +73,9 @@ def _density_switches(tree: ast.AST, source: str) -> list[str]:
     names = set(densities.DENSITIES)
     found = []
     for node in ast.walk(tree):
-        text = ast.get_source_segment(source, node) or ""
+        if not isinstance(node, ast.Compare | ast.Call | ast.Dict):  # the nodes looked at
+            continue
+        text = ast.get_source_segment(source, node) or ""  # (it re-reads the source: only here)
         if isinstance(node, ast.Compare):
             consts = []
             for side in [node.left, *node.comparators]:
@@ -122,7 +124,9 @@ def _likelihood_name_switches(tree: ast.AST, source: str) -> list[str]:
     objects = {n.upper() for n in names}
     found = []
     for node in ast.walk(tree):
-        text = ast.get_source_segment(source, node) or ""
+        if not isinstance(node, ast.Compare | ast.Match | ast.Dict):  # the nodes looked at
+            continue
+        text = ast.get_source_segment(source, node) or ""  # (it re-reads the source: only here)
         if isinstance(node, ast.Compare):
             consts = []
             for side in [node.left, *node.comparators]:

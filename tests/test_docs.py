@@ -70,6 +70,8 @@ def test_toml_examples_are_valid_entries(page, densities, tmp_path):
 # the budget cut of the pages' examples in the tests: the code runs as written, only faster
 QUICK_FIT = {"svi.steps": 60, "svi.min_steps": 0, "svi.paths": 1, "predictive.samples": 20}
 QUICK_COMPARE = {"small": True, "steps": 100, "samples": 30, "progress": False}
+# and the reference's SMC cut further, on top of the page's own settings
+QUICK_COMPARE_SETTINGS = {"smc.particles": 32, "smc.mcmc_steps": 2, "smc.warmup": 30}
 
 
 # cut to 60 SVI steps, the pendulum fit's intervals are too narrow (test coverage 0.75 of 315
@@ -78,7 +80,8 @@ QUICK_COMPARE = {"small": True, "steps": 100, "samples": 30, "progress": False}
 @pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
 def test_python_examples_run_as_written(page, tmp_path, monkeypatch):
     """Every ```python block of the page, run in order in one namespace (in an empty folder),
-    with the budgets of ssgp_ppl.fit and ssgp_ppl.compare cut (QUICK_FIT, QUICK_COMPARE)."""
+    with the budgets of ssgp_ppl.fit and ssgp_ppl.compare cut (QUICK_FIT, QUICK_COMPARE and
+    QUICK_COMPARE_SETTINGS)."""
     import numpy as np
 
     import ssgp_ppl
@@ -89,8 +92,9 @@ def test_python_examples_run_as_written(page, tmp_path, monkeypatch):
     def quick_fit(*args, settings=None, **kw):
         return fit(*args, settings={**(settings or {}), **QUICK_FIT}, **kw)
 
-    def quick_compare(*args, **kw):
-        return compare(*args, **{**kw, **QUICK_COMPARE})
+    def quick_compare(*args, settings=None, **kw):
+        return compare(*args, settings={**(settings or {}), **QUICK_COMPARE_SETTINGS},
+                       **{**kw, **QUICK_COMPARE})
 
     monkeypatch.setattr(api, "fit", quick_fit)
     monkeypatch.setattr(api, "compare", quick_compare)

@@ -152,8 +152,10 @@ def test_compare_own_data_names_its_columns(tmp_path):
                        "slope_deg": rng.uniform(-5, 5, n)})
     df["stop_m"] = (np.sin(df.speed_kmh / 20) + 0.3 * df.load_kg + 0.05 * df.slope_deg
                     + rng.normal(0, 0.2, n))
+    # the quick run cut further (what is checked is the names on the page and in the summary)
     comp = ssgp_ppl.compare("tan_va_svi", df, target="stop_m", out=tmp_path, small=True,
-                            progress=False)
+                            steps=100, samples=30, progress=False,
+                            settings={"smc.particles": 32, "smc.mcmc_steps": 2, "smc.warmup": 30})
     page = (tmp_path / "report.html").read_text()
     assert "frequency spread of each of the 3 inputs (speed_kmh, load_kg, slope_deg)" in page
     assert "partial dependence on 3 of the 3 inputs (speed_kmh, load_kg, slope_deg)" in page
