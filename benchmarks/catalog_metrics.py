@@ -15,9 +15,9 @@ import sys
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, before numpy
 
-from ssgp_ppl.datasets import load  # noqa: E402
+from ssgp_ppl.data.datasets import load  # noqa: E402
 from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
-from ssgp_ppl.fitinfo import NUTSInfo, SMCInfo  # noqa: E402
+from ssgp_ppl.inference.fitinfo import NUTSInfo, SMCInfo  # noqa: E402
 from ssgp_ppl.pipeline import fit, metrics_record  # noqa: E402
 
 

@@ -4,7 +4,7 @@ default settings (or with ``--set`` overrides), on pendulum and Auto-MPG.
 Usage: python benchmarks/convergence.py [--data pendulum autompg] [--models ...] [--set K=V ...]
 Each record (entry, data, overrides): steps run and the budget, converged or not, the loss's
 improvement per 1,000 steps at the end with its SE and the tolerance (nats;
-``ssgp_ppl.inference._Convergence``), test NMSE and MNLP, fit and wall seconds. Written to
+``ssgp_ppl.inference.runners._Convergence``), test NMSE and MNLP, fit and wall seconds. Written to
 ``reports/convergence/convergence.json`` after each fit (atomically); records already there are
 skipped, so an interrupted sweep resumes. A fit that fails (an entry that cannot take the data)
 is recorded with its error.
@@ -24,9 +24,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, b
 from ssgp_ppl import api  # noqa: E402
 from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
 from ssgp_ppl.errors import SSGPError  # noqa: E402
-from ssgp_ppl.fitinfo import StopReading  # noqa: E402
-from ssgp_ppl.inference import PER_STEPS, TOL_PER_POINT  # noqa: E402
-from ssgp_ppl.io import write_json  # noqa: E402
+from ssgp_ppl.inference.fitinfo import StopReading  # noqa: E402
+from ssgp_ppl.inference.runners import PER_STEPS, TOL_PER_POINT  # noqa: E402
+from ssgp_ppl.runtime.io import write_json  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "reports" / "convergence" / "convergence.json"
 STOPPED = ("ml", "svi")  # the methods that stop by the rule

@@ -20,10 +20,10 @@ import platform
 import sys
 import time
 
-from ssgp_ppl.datasets import load
+from ssgp_ppl.data.datasets import load
 from ssgp_ppl.entry import load_entry
+from ssgp_ppl.inference.selection import select_beta
 from ssgp_ppl.pipeline import fit
-from ssgp_ppl.selection import select_beta
 
 KEEP = ("nll", "nmse", "rmse", "mnlp", "coverage_90", "error_rate", "mre")
 

@@ -1,4 +1,4 @@
-"""Compute, validate and store the gold-standard references (:mod:`ssgp_ppl.gold`).
+"""Compute, validate and store the gold-standard references (:mod:`ssgp_ppl.diagnostics.gold`).
 
 For each target (a fully Bayesian catalog entry × a bundled data set), K independent tempered-SMC
 runs of the entry's reference target, each from the prior with its own seed, in groups of runs
@@ -7,7 +7,7 @@ fixed kernel sequence is unbiased); every finished group is checkpointed (``--ch
 ``.npz`` a run, written atomically, small enough to commit), so a computation can span several
 sittings and machines: run the same command again and it continues. When all K runs are there,
 the pooled posterior (each run one chain, thinned to ``--draws`` a run), each run's test MNLP,
-the importance-sampling check of log Z and the verdict (:func:`ssgp_ppl.gold.verdict`) are
+the importance-sampling check of log Z and the verdict (:func:`ssgp_ppl.diagnostics.gold.verdict`) are
 computed and the reference is stored under ``ssgp_ppl/references/v<format>/`` with its
 provenance.
 
@@ -51,7 +51,7 @@ def _write_npz(path: Path, **arrays) -> None:
 
 
 def _load_run(path: Path):
-    from ssgp_ppl.smc import SMCResult
+    from ssgp_ppl.inference.smc import SMCResult
 
     with np.load(path) as z:
         samples = {k[len("sample_"):]: z[k] for k in z.files if k.startswith("sample_")}
@@ -65,12 +65,12 @@ def compute(target: str, *, runs: int, group: int, particles: int, mcmc_steps: i
     it before every run was done (the finished runs are checkpointed)."""
     import jax.numpy as jnp
 
-    from ssgp_ppl import gold
-    from ssgp_ppl.datasets import load
+    from ssgp_ppl.data.datasets import load
+    from ssgp_ppl.diagnostics import gold
     from ssgp_ppl.entry import load_entry
-    from ssgp_ppl.methods import common
-    from ssgp_ppl.methods.smc import SMC_SEED_OFFSET, target_model
-    from ssgp_ppl.smc import tempered_smc_runs
+    from ssgp_ppl.inference.methods import common
+    from ssgp_ppl.inference.methods.smc import SMC_SEED_OFFSET, target_model
+    from ssgp_ppl.inference.smc import tempered_smc_runs
 
     name, dataset = target.split(":")
     entry = load_entry(name)

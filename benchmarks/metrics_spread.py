@@ -36,7 +36,7 @@ CONFIGS = [("avx512-2cpu", "", 2), ("avx2-2cpu", "--xla_cpu_max_isa=AVX2", 2),
 
 CHILD = """
 import json, sys
-from ssgp_ppl.datasets import load
+from ssgp_ppl.data.datasets import load
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.pipeline import fit, metrics_record
 model, method, dataset = sys.argv[1].split(":")

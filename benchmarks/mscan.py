@@ -19,7 +19,7 @@ training rows: the collapsed step costs O(n m²)).
 ``--memory`` fits each (set, entry) at the largest ``--m`` again in a child process with
 ``MEMORY_STEPS`` steps (a fit's arrays do not grow with its steps) and records the child's peak
 resident memory, its resident memory before the fit (Python, JAX and the data) and
-``ssgp_ppl.resources.estimate``'s figure, in ``reports/mscan/<set>/<entry>-m<m>-memory.json``.
+``ssgp_ppl.runtime.resources.estimate``'s figure, in ``reports/mscan/<set>/<entry>-m<m>-memory.json``.
 The step time at each m is the scan's own: fit seconds / steps, compilation included.
 """
 
@@ -38,9 +38,10 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from ssgp_ppl import datasets, pipeline  # noqa: E402
+from ssgp_ppl import pipeline  # noqa: E402
+from ssgp_ppl.data import datasets  # noqa: E402
 from ssgp_ppl.entry import load_entry  # noqa: E402
-from ssgp_ppl.io import write_json  # noqa: E402
+from ssgp_ppl.runtime.io import write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "reports" / "mscan"
@@ -81,7 +82,7 @@ def _peak_rss_mb() -> float:
 
 def memory_child(set_name: str, entry_name: str, m: int, seed: int) -> dict:
     """One fit in this process: its peak resident memory against the resident memory before it."""
-    from ssgp_ppl import resources
+    from ssgp_ppl.runtime import resources
 
     ds = datasets.load(set_name, split=0, subsample=SETS[set_name])
     entry = load_entry(entry_name).with_overrides([f"m={m}", f"svi.steps={MEMORY_STEPS}",

@@ -26,14 +26,14 @@ from pathlib import Path
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, before numpy
 
-from ssgp_ppl import methods  # noqa: E402
-from ssgp_ppl.calibration import reference_health  # noqa: E402
-from ssgp_ppl.datasets import load  # noqa: E402
+from ssgp_ppl.data.datasets import load  # noqa: E402
+from ssgp_ppl.diagnostics.calibration import reference_health  # noqa: E402
 from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
-from ssgp_ppl.io import write_json  # noqa: E402
-from ssgp_ppl.paths import combine, split_chains  # noqa: E402
+from ssgp_ppl.inference import methods  # noqa: E402
+from ssgp_ppl.inference.paths import combine, split_chains  # noqa: E402
 from ssgp_ppl.pipeline import evaluate, fit, prerequisites  # noqa: E402
 from ssgp_ppl.report import reference_fit, small  # noqa: E402
+from ssgp_ppl.runtime.io import write_json  # noqa: E402
 
 KEEP = ("nmse", "mnlp", "coverage_90")
 PATHS = {"svi": 8, "ncvmp": 10}  # K of the stacked form of each VI method

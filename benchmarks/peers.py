@@ -14,7 +14,7 @@ set the best peer, this project's best Bayesian entry and their ratios against t
 One thread per library (``XLA_FLAGS``, ``torch.set_num_threads(1)``, BLAS threads): the figures of
 a 2-core machine are noisy, their ratios are what the benchmark is for. Peers need the ``bench``
 extra (``pip install -e ".[bench]"``); a method whose library is missing is recorded as skipped.
-Metrics are :func:`ssgp_ppl.metrics.regression_metrics` in the target's original units for every
+Metrics are :func:`ssgp_ppl.diagnostics.metrics.regression_metrics` in the target's original units for every
 method: test NMSE, MNLP, 90% coverage; fit and predict seconds. On the large sets the SVGPs record
 an accuracy-vs-time trajectory (test NMSE and MNLP every ``eval_every`` steps, the evaluation
 excluded from the clock).
@@ -41,11 +41,12 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peer_fits  # noqa: E402
 
-from ssgp_ppl import datasets, pipeline  # noqa: E402
+from ssgp_ppl import pipeline  # noqa: E402
+from ssgp_ppl.data import datasets  # noqa: E402
+from ssgp_ppl.diagnostics.metrics import regression_metrics  # noqa: E402
 from ssgp_ppl.entry import load_entry  # noqa: E402
 from ssgp_ppl.errors import one_line  # noqa: E402
-from ssgp_ppl.io import write_json  # noqa: E402
-from ssgp_ppl.metrics import regression_metrics  # noqa: E402
+from ssgp_ppl.runtime.io import write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "reports" / "peers"

@@ -32,11 +32,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ssgp_ppl import datasets, ncvmp, pipeline  # noqa: E402
+from ssgp_ppl import pipeline  # noqa: E402
+from ssgp_ppl.data import datasets  # noqa: E402
 from ssgp_ppl.entry import load_entry  # noqa: E402
-from ssgp_ppl.io import print_json  # noqa: E402
-from ssgp_ppl.methods.ncvmp import algorithm_settings, spectral_candidates  # noqa: E402
-from ssgp_ppl.neighbourhoods import local_predict  # noqa: E402
+from ssgp_ppl.inference import ncvmp  # noqa: E402
+from ssgp_ppl.inference.methods.ncvmp import algorithm_settings, spectral_candidates  # noqa: E402
+from ssgp_ppl.inference.neighbourhoods import local_predict  # noqa: E402
+from ssgp_ppl.runtime.io import print_json  # noqa: E402
 
 
 def log(*a):
@@ -168,9 +170,9 @@ def airline(a) -> dict:
 
 def devices(a) -> dict:
     """Steady-state svbssgp step time (AIRLINE rows, a = 10 blocks of 100 rows = 1000 rows a step)
-    with the step's rows split over 1, 2 and 4 JAX devices (ssgp_ppl.sharding)."""
-    from ssgp_ppl.inference import Batching, Schedule, run_svi
-    from ssgp_ppl.partitions import kmeans_partitions
+    with the step's rows split over 1, 2 and 4 JAX devices (ssgp_ppl.runtime.sharding)."""
+    from ssgp_ppl.inference.partitions import kmeans_partitions
+    from ssgp_ppl.inference.runners import Batching, Schedule, run_svi
 
     data = datasets.load("airline", subsample=a.rows)
     entry = load_entry("svbssgp").with_overrides(["m=20"])

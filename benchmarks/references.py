@@ -10,7 +10,7 @@ into (particles, estimator) keys), the same minibatch scaling, and the same step
 b1 = 0.9, b2 = 0.999, eps = 1e-8 and the entry's step-size schedule) -- written directly in
 jax.numpy: no handlers, traces, SVI class or numpyro.optim. :func:`run` runs the steps in
 chunks of one jitted ``lax.scan`` each, with the same batch sampler and key stream as
-``ssgp_ppl.inference.run_svi``: the same seed gives the same trajectory.
+``ssgp_ppl.inference.runners.run_svi``: the same seed gives the same trajectory.
 
 Where a reference computes a term more directly than the package, the term is the same function
 of the parameters and the draws, so values and gradients agree to rounding (what each skips is
@@ -44,9 +44,9 @@ from jax.scipy.linalg import cho_solve
 from jax.scipy.special import gammaln, logsumexp
 from jax.scipy.stats import norm
 
-from ssgp_ppl.guides import initial_components
-from ssgp_ppl.linalg import cholesky
-from ssgp_ppl.spectral import TWO_PI, features
+from ssgp_ppl.model.guides import initial_components
+from ssgp_ppl.model.linalg import cholesky
+from ssgp_ppl.model.spectral import TWO_PI, features
 
 HAND_WRITTEN = "hand_written"
 PLAIN_LOOP = "same_loss_plain_loop"
@@ -82,7 +82,7 @@ class RunResult(NamedTuple):
 
 
 def sampler(n: int, batch_size: int | None = None, partitions=None, per_step: int = 1):
-    """``(draw, aux)`` as ``ssgp_ppl.inference.batch_sampler``: full data, ``batch_size`` rows
+    """``(draw, aux)`` as ``ssgp_ppl.inference.runners.batch_sampler``: full data, ``batch_size`` rows
     drawn uniformly with replacement (kw ``n_total``), or ``per_step`` of the padded partition
     blocks (kw ``obs_mask``, ``obs_scale`` = p / a)."""
     if partitions is not None:
@@ -187,7 +187,7 @@ def std_normal_logpdf(eps):
 
 
 def prior_logpdf(h, x):
-    """log density of a role-"prior" hyperparameter (``ssgp_ppl.model.Hyper.prior``)."""
+    """log density of a role-"prior" hyperparameter (``ssgp_ppl.model.ssgp.Hyper.prior``)."""
     if h.dist == "half_normal":
         return math.log(2.0) + normal_logpdf(x, 0.0, h.scale)
     if h.dist == "half_cauchy":
@@ -210,7 +210,7 @@ def log_lik(name: str, y, f, scale):
     raise NotHandWritten(f"likelihood {name}")
 
 
-HERMITE = 32  # ssgp_ppl.likelihoods.QUADRATURE_NODES
+HERMITE = 32  # ssgp_ppl.model.likelihoods.QUADRATURE_NODES
 
 
 def expected_log_lik(name: str, y, mu, var, scale):
@@ -288,7 +288,7 @@ def _theta_init(spec):
 
 
 def _alpha_init(spec, init_scale):
-    """b₀ = vec(θ₀, 0) and σ₀ (``ssgp_ppl.guides.alpha_init``)."""
+    """b₀ = vec(θ₀, 0) and σ₀ (``ssgp_ppl.model.guides.alpha_init``)."""
     theta0 = _theta_init(spec)
     theta_sd = jnp.full(theta0.shape, 1.0 / (TWO_PI * spec.lengthscales.value))
     s_sd = jnp.full((2 * spec.m,), spec.signal.value / jnp.sqrt(spec.m))
@@ -314,7 +314,7 @@ def _check(cond: bool, what: str):
 def ml_reference(spec) -> Reference:
     """−log p(y | θ, σ_s, σ_n) with s integrated out (LG 2010 eq. 8, ``marginal_log_likelihood``):
     a Cholesky of the 2m × 2m matrix A = ΦᵀΦ + (mσ_n²/σ_s²) I, on the full batch. The package's
-    Cholesky with jitter escalation (``ssgp_ppl.linalg.cholesky``) is used as is."""
+    Cholesky with jitter escalation (``ssgp_ppl.model.linalg.cholesky``) is used as is."""
     _check(spec.nuisance == "marginalized" and spec.lik.name == "gaussian"
            and not spec.latent_sites(), "ML references cover the marginalised Gaussian model")
     params = _scalar_hypers_init(spec)
@@ -506,12 +506,12 @@ def auto_mvn_elbo(spec, init_scale: float = 0.1) -> Reference:
 
 def conditional_objective(spec, guide_name: str, kind: str, *, beta: float, particles: int,
                           gradient: str, init_scale: float) -> Reference:
-    """``ssgp_ppl.objectives._loss``: per particle a draw of θ, q(s | θ) = N(μ_s, L_sL_sᵀ) in
+    """``ssgp_ppl.inference.objectives._loss``: per particle a draw of θ, q(s | θ) = N(μ_s, L_sL_sᵀ) in
     closed form, q(fᵢ | θ) = N(φᵢᵀμ_s, ‖L_sᵀφᵢ‖²), KL = log q(θ) − log p(θ) + KL(q(s|θ) ‖ p(s)).
 
     joint_affine: L = M (lower triangular); z_θ = L_θθ⁻¹(θ − b_θ) is the draw itself, and
     log q(θ) = log N(z_θ; 0, I) − log|det L_θθ| (the package solves for z_θ;
-    tests/test_guides.py checks its value against the guide's log q(α) − log q(s | θ)).
+    tests/model/test_guides.py checks its value against the guide's log q(α) − log q(s | θ)).
     mean_field: log q(θ) from ε, s not drawn, Var f = (Φ ∘ Φ) σ_s²."""
     _check_alpha(spec, kind)
     _check(kind in ("elbo", "dlm_log", "dlm_square"), f"objective {kind}")
@@ -600,8 +600,8 @@ def conditional_objective(spec, guide_name: str, kind: str, *, beta: float, part
 
 def mixture_elbo(spec, *, components: int, init_scale: float, spread: float,
                  samples: int) -> Reference:
-    """``ssgp_ppl.mixture.avi_elbo`` (Nguyen & Bonilla 2014's Rao-Blackwellised score-function estimator and
-    entropy bound): already pure JAX apart from reading the hyperparameters off a model trace."""
+    """``ssgp_ppl.model.mixture.avi_elbo`` (Nguyen & Bonilla 2014's Rao-Blackwellised score-function estimator
+    and entropy bound): already pure JAX apart from reading the hyperparameters off a model trace."""
     _check_alpha(spec, "mixture")
     m, d = spec.m, spec.d
     n_theta = m * d
@@ -786,16 +786,16 @@ class PackageParts(NamedTuple):
 
 
 def package_parts(entry, spec, method: str) -> PackageParts:
-    """The package's model, guide and loss for ``method`` as ``ssgp_ppl.methods.ml`` and
-    ``ssgp_ppl.methods.svi`` assemble them: type-II ML fits ``MAPGuide`` (``EmptyGuide`` when the
+    """The package's model, guide and loss for ``method`` as ``ssgp_ppl.inference.methods.ml`` and
+    ``ssgp_ppl.inference.methods.svi`` assemble them: type-II ML fits ``MAPGuide`` (``EmptyGuide`` when the
     model has no latent sites) under run_svi's default loss (None: NumPyro's Trace_ELBO()); SVI
     fits the entry's guide (``methods.svi.guide_of``) under its objective, or
     ``Trace_ELBO(num_particles)`` where the objective is the plain ELBO."""
     from numpyro.infer import Trace_ELBO
 
-    from ssgp_ppl.guides import EmptyGuide, MAPGuide
-    from ssgp_ppl.methods.svi import SVI, guide_of
-    from ssgp_ppl.objectives import make_objective
+    from ssgp_ppl.inference.methods.svi import SVI, guide_of
+    from ssgp_ppl.inference.objectives import make_objective
+    from ssgp_ppl.model.guides import EmptyGuide, MAPGuide
 
     model = entry.model(spec)
     if method == "ml":

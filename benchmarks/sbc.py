@@ -1,4 +1,4 @@
-"""Simulation-based calibration of every catalog entry with latent variables (``ssgp_ppl.sbc``):
+"""Simulation-based calibration of every catalog entry with latent variables (``ssgp_ppl.diagnostics.sbc``):
 N simulations on the pendulum inputs at small size (40 design rows, m = 6, L = 99 draws), every
 SBC method that applies to the entry (one-path VI, stacked VI, NCVMP, the tempered-SMC
 reference); writes JSON.
@@ -26,9 +26,9 @@ from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, before numpy
 
-from ssgp_ppl import sbc  # noqa: E402
+from ssgp_ppl.diagnostics import sbc  # noqa: E402
 from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
-from ssgp_ppl.io import write_json  # noqa: E402
+from ssgp_ppl.runtime.io import write_json  # noqa: E402
 
 
 def latent_entries() -> list[str]:

@@ -71,8 +71,8 @@ def summary(errors: np.ndarray) -> dict:
 
 
 def gaussian_record(name: str, cfg: dict, seeds: int) -> dict:
-    from ssgp_ppl.evidence import correlated_gaussian
-    from ssgp_ppl.smc import tempered_smc_runs
+    from ssgp_ppl.diagnostics.evidence import correlated_gaussian
+    from ssgp_ppl.inference.smc import tempered_smc_runs
 
     jax.config.update("jax_enable_x64", cfg["x64"])
     target = correlated_gaussian(0)
@@ -98,11 +98,11 @@ def pendulum_target(spectral_points=None):
     sign taken by s ~ N(0, σ²/m I))."""
     import jax.numpy as jnp
 
-    from ssgp_ppl.datasets import load
+    from ssgp_ppl.data.datasets import load
     from ssgp_ppl.entry import load_entry
-    from ssgp_ppl.methods import common
-    from ssgp_ppl.methods.smc import SMC, target_model
-    from ssgp_ppl.smc import potentials
+    from ssgp_ppl.inference.methods import common
+    from ssgp_ppl.inference.methods.smc import SMC, target_model
+    from ssgp_ppl.inference.smc import potentials
 
     entry = load_entry("tan_va")
     data = load("pendulum", x_scaling=entry.config["data"]["x_scaling"])
@@ -120,8 +120,8 @@ def pendulum_target(spectral_points=None):
 def pendulum_runs(name: str, seed: int = 0) -> None:
     """The K SMC runs of one pendulum configuration, saved (particles, log Ẑ, seconds) under RUNS."""
     from ssgp_ppl.entry import load_entry
-    from ssgp_ppl.methods.smc import SMC
-    from ssgp_ppl.smc import tempered_smc_runs
+    from ssgp_ppl.inference.methods.smc import SMC
+    from ssgp_ppl.inference.smc import tempered_smc_runs
 
     jax.config.update("jax_enable_x64", PENDULUM_X64)
     _, _, model, x, y, lam = pendulum_target()
@@ -140,12 +140,12 @@ def pendulum_runs(name: str, seed: int = 0) -> None:
 def pendulum_records(seed: int = 0) -> list[dict]:
     """One record per saved configuration against the importance sampling log Z (float64) from a
     proposal fitted to all saved particles and their mirror images (λ → −λ)."""
-    from ssgp_ppl.evidence import importance_log_evidence
+    from ssgp_ppl.diagnostics.evidence import importance_log_evidence
 
     jax.config.update("jax_enable_x64", PENDULUM_X64)  # the runs' spectral set, then float64
-    from ssgp_ppl.datasets import load
+    from ssgp_ppl.data.datasets import load
     from ssgp_ppl.entry import load_entry
-    from ssgp_ppl.methods import common
+    from ssgp_ppl.inference.methods import common
 
     entry = load_entry("tan_va")
     data = load("pendulum", x_scaling=entry.config["data"]["x_scaling"])

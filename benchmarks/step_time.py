@@ -19,8 +19,8 @@ inputs (``--rows`` rows subsampled, standardised), 1000 rows a step:
 Probit entries see the target thresholded at its median, Poisson entries the arrival delay in
 whole minutes clipped at 0 (a count); the step time does not depend on the values.
 
-The package's step is ``ssgp_ppl.inference.run_svi`` with the entry's own model, guide,
-objective, particles, lr and lr_halflife, assembled as ``ssgp_ppl.methods.svi`` / ``.ml`` do
+The package's step is ``ssgp_ppl.inference.runners.run_svi`` with the entry's own model, guide,
+objective, particles, lr and lr_halflife, assembled as ``ssgp_ppl.inference.methods.svi`` / ``.ml`` do
 (``references.package_parts``; NumPyro SVI, ClippedAdam, ``chunk`` steps per jitted lax.scan).
 The reference (``benchmarks/references.py``) is the same estimator written directly in
 jax.numpy (``"reference": "hand_written"``), or, for an entry no hand-written reference covers,
@@ -60,7 +60,7 @@ import time  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ssgp_ppl.io import print_json  # noqa: E402
+from ssgp_ppl.runtime.io import print_json  # noqa: E402
 
 ROWS_PER_STEP = 1000
 PER_STEP = 10  # a, partitions per step (the catalog's own value for every partition entry)
@@ -97,7 +97,7 @@ def steady_ms(seconds: float, first: tuple[int, float], steps: int) -> float:
 
 def bench_entry(name: str, data, partitions, a, refs) -> dict:
     from ssgp_ppl.entry import load_entry
-    from ssgp_ppl.inference import Batching, Schedule, run_svi
+    from ssgp_ppl.inference.runners import Batching, Schedule, run_svi
 
     entry = load_entry(name)
     method = trained_by_gradient(entry)
@@ -206,9 +206,9 @@ def main():
     import numpyro
     import references as refs
 
-    from ssgp_ppl.datasets import load
+    from ssgp_ppl.data.datasets import load
     from ssgp_ppl.entry import list_entries, load_entry
-    from ssgp_ppl.partitions import kmeans_partitions
+    from ssgp_ppl.inference.partitions import kmeans_partitions
 
     names = a.entries or [e for e in list_entries() if trained_by_gradient(load_entry(e))]
     for name in names:

@@ -30,14 +30,14 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from numpyro.infer import Trace_ELBO  # noqa: E402
 
-from ssgp_ppl.datasets import load  # noqa: E402
+from ssgp_ppl.data.datasets import load  # noqa: E402
+from ssgp_ppl.diagnostics.metrics import mnlp, rmse  # noqa: E402
 from ssgp_ppl.entry import load_entry  # noqa: E402
-from ssgp_ppl.guides import EmptyGuide  # noqa: E402
-from ssgp_ppl.inference import Batching, Schedule, guide_draws, run_svi, site_values  # noqa: E402
-from ssgp_ppl.io import print_json  # noqa: E402
-from ssgp_ppl.metrics import mnlp, rmse  # noqa: E402
-from ssgp_ppl.partitions import kmeans_partitions  # noqa: E402
-from ssgp_ppl.predictive import predict_sites  # noqa: E402
+from ssgp_ppl.inference.partitions import kmeans_partitions  # noqa: E402
+from ssgp_ppl.inference.runners import Batching, Schedule, guide_draws, run_svi, site_values  # noqa: E402
+from ssgp_ppl.model.guides import EmptyGuide  # noqa: E402
+from ssgp_ppl.model.predictive import predict_sites  # noqa: E402
+from ssgp_ppl.runtime.io import print_json  # noqa: E402
 
 EXTRA_SETS: list[str] = []  # --set overrides applied to the svbssgp and vssgp runs
 

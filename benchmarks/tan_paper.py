@@ -36,9 +36,11 @@ jax.config.update("jax_enable_x64", "--float32" not in sys.argv)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ssgp_ppl import datasets, ncvmp, pipeline  # noqa: E402
+from ssgp_ppl import pipeline  # noqa: E402
+from ssgp_ppl.data import datasets  # noqa: E402
 from ssgp_ppl.entry import load_entry  # noqa: E402
-from ssgp_ppl.methods.ncvmp import algorithm_settings  # noqa: E402
+from ssgp_ppl.inference import ncvmp  # noqa: E402
+from ssgp_ppl.inference.methods.ncvmp import algorithm_settings  # noqa: E402
 from ssgp_ppl.posterior import Handoff  # noqa: E402
 
 # §7.1 pendulum: inputs to [-1, 1], A_σ = A_γ = 25, μ⁰ = 0, Σ⁰ = 10 I; §7.2 Auto-MPG: Σ⁰ = I
@@ -101,12 +103,12 @@ def _pendulum_rep(item, alg1_ms=()) -> list[dict]:
 
 def pendulum(args) -> dict:
     """Every (m, repetition) in turn, or as tasks on a Dask cluster with ``--dask [ADDRESS]``
-    (ssgp_ppl.cluster; the same records in the same order; the timings are then concurrent)."""
+    (ssgp_ppl.runtime.cluster; the same records in the same order; the timings are then concurrent)."""
     items = [(m, rep) for m in args.ms for rep in range(args.reps if m <= 50 else args.reps_large)]
     if args.dask is None:
         per_item = [_pendulum_rep(it, tuple(args.alg1_ms)) for it in items]
     else:
-        from ssgp_ppl import cluster
+        from ssgp_ppl.runtime import cluster
 
         with cluster.client(None if args.dask == "local" else args.dask,
                             workers=args.dask_workers) as c:

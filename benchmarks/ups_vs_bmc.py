@@ -28,9 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ssgp_ppl import objectives
-from ssgp_ppl.datasets import load
+from ssgp_ppl.data.datasets import load
 from ssgp_ppl.entry import load_entry
+from ssgp_ppl.inference import objectives
 from ssgp_ppl.pipeline import fit
 
 

@@ -43,7 +43,7 @@ def _vi_row(rec: dict, *, stacked: bool = False) -> dict:
 
 
 def run_one(g, *, paths: int, seed: int = 0) -> dict:
-    from ssgp_ppl.datasets import load
+    from ssgp_ppl.data.datasets import load
     from ssgp_ppl.entry import load_entry
     from ssgp_ppl.report import compare
 
@@ -81,8 +81,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "reports" / "vi_vs_gold.json"))
     p.add_argument("--resume", action="store_true", help="skip records already in --out")
     args = p.parse_args(argv)
-    from ssgp_ppl import gold
-    from ssgp_ppl.io import write_json
+    from ssgp_ppl.diagnostics import gold
+    from ssgp_ppl.runtime.io import write_json
 
     out = Path(args.out)
     records = json.loads(out.read_text())["records"] if args.resume and out.exists() else []

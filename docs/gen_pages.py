@@ -1,7 +1,7 @@
 """The generated pages of the docs site (run by the mkdocs-gen-files plugin at every build).
 
-- ``reference/catalog.md``: every built-in catalog entry (from ``ssgp_ppl/models/*.toml``), every
-  registered spectral density (from ``ssgp_ppl.densities.DENSITIES``) and every component's
+- ``reference/catalog.md``: every built-in catalog entry (from ``models/*.toml``), every
+  registered spectral density (from ``ssgp_ppl.model.densities.DENSITIES``) and every component's
   settings (from the schema the components validate with);
 - ``reference/cli.md``: the ``--help`` of each command;
 - ``results/*.md``: tables made from the archived JSON in ``reports/`` (never typed by hand), and
@@ -26,12 +26,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from results_tables import PEERS_FIGURE, TABLES, peers_figure  # noqa: E402
 
-from ssgp_ppl import methods  # noqa: E402
 from ssgp_ppl.api import catalog  # noqa: E402
-from ssgp_ppl.densities import DENSITIES  # noqa: E402
 from ssgp_ppl.entry import BUILTIN_CATALOG, schema  # noqa: E402
-from ssgp_ppl.guides import GUIDES  # noqa: E402
-from ssgp_ppl.io import write_text_atomic  # noqa: E402
+from ssgp_ppl.inference import methods  # noqa: E402
+from ssgp_ppl.model.densities import DENSITIES  # noqa: E402
+from ssgp_ppl.model.guides import GUIDES  # noqa: E402
+from ssgp_ppl.runtime.io import write_text_atomic  # noqa: E402
 from ssgp_ppl.settings import Field  # noqa: E402
 
 # the results pages' tables are wide: no table of contents beside them (MkDocs Material front matter)
@@ -69,7 +69,7 @@ def _field_rows(node: dict, prefix: str = "") -> list[str]:
 def catalog_page() -> str:
     head = "| key | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |"
     out = ["# Catalog reference", "",
-           "Generated from the built-in catalog (`ssgp_ppl/models/*.toml`) and from the settings "
+           "Generated from the built-in catalog (`models/*.toml`) and from the settings "
            "each component validates. The format is described in "
            "[Catalog format](catalog-format.md); `ssgp-ppl models` lists the same entries.", "",
            "## Entries", "", "| entry | use when | methods | guide | objective | description |",
@@ -80,10 +80,10 @@ def catalog_page() -> str:
     for r in rows:
         text = (BUILTIN_CATALOG / f"{r['name']}.toml").read_text()
         out += ["", f"### {r['name']}", "", _cell(r["description"]), "",
-                f"`ssgp_ppl/models/{r['name']}.toml`:", "", "```toml", text.rstrip(), "```"]
+                f"`models/{r['name']}.toml`:", "", "```toml", text.rstrip(), "```"]
     out += ["", "## Spectral densities", "",
             "The values `model.spectral_density` takes: the registered densities "
-            "(`ssgp_ppl.densities`; to add one, see [Adding a spectral density]"
+            "(`ssgp_ppl.model.densities`; to add one, see [Adding a spectral density]"
             "(../guide/adding-a-model.md#adding-a-spectral-density)). *gaussian*: r | ℓ ~ "
             "N(0, diag(1/4π²ℓ²)), which the `mixture` guide and NCVMP need; *loc_scale*: the "
             "SMC/NUTS reference and `noncentred` auto guides sample θ·2πℓ.", "",
@@ -122,7 +122,7 @@ def catalog_page() -> str:
 
 def likelihoods_section() -> list[str]:
     """The registered likelihoods (``model.likelihood``) and what each declares."""
-    from ssgp_ppl.likelihoods import LIKELIHOODS
+    from ssgp_ppl.model.likelihoods import LIKELIHOODS
 
     def closed(lik) -> str:
         forms = [what for what, flag in (("E_q log p", lik.exact_expected_log),
@@ -133,7 +133,7 @@ def likelihoods_section() -> list[str]:
     out = ["## Likelihoods", "",
            "The values of `model.likelihood`: every registered likelihood (the built-in ones, "
            "those registered with `ssgp_ppl.register_likelihood` and installed plug-ins), from "
-           "`ssgp_ppl.likelihoods.LIKELIHOODS`. Expectations without a closed form are "
+           "`ssgp_ppl.model.likelihoods.LIKELIHOODS`. Expectations without a closed form are "
            "Gauss-Hermite sums; a likelihood whose s does not integrate out needs "
            "`nuisance = \"sampled\"` and `predictive.rule = \"degenerate\"`. "
            "[Adding a likelihood](../guide/adding-a-model.md#adding-a-likelihood) shows how to "
@@ -255,7 +255,7 @@ def tutorial_pages() -> None:
     cache.mkdir(parents=True, exist_ok=True)
     # an executed copy is reused only for the same notebook and the same package and catalog
     package = hashlib.sha256()
-    for f in sorted((ROOT / "ssgp_ppl").rglob("*")):
+    for f in sorted([*(ROOT / "ssgp_ppl").rglob("*"), *(ROOT / "models").rglob("*")]):
         if f.suffix in (".py", ".toml"):
             package.update(f.relative_to(ROOT).as_posix().encode() + f.read_bytes())
     for path in sorted((ROOT / "notebooks").glob("*.py")):

@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 import ssgp_ppl
-from ssgp_ppl.calibration import reference_health
-from ssgp_ppl.datasets import frames
+from ssgp_ppl.data.datasets import frames
+from ssgp_ppl.diagnostics.calibration import reference_health
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 train, test = frames("pendulum")  # the rows fit(data="pendulum") uses, in original units

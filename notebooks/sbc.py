@@ -35,7 +35,7 @@ from collections import Counter
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ssgp_ppl import sbc
+from ssgp_ppl.diagnostics import sbc
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 SIMS = 8 if SMALL else 100

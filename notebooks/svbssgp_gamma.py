@@ -30,8 +30,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import ssgp_ppl
-from ssgp_ppl.datasets import frames
-from ssgp_ppl.metrics import rmse
+from ssgp_ppl.data.datasets import frames
+from ssgp_ppl.diagnostics.metrics import rmse
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 subsample = 3000 if SMALL else None

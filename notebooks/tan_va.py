@@ -19,12 +19,12 @@
 # closed-form expectations of App. A) and SVI with the `gaussian_lambda` guide. Local fits on
 # adaptive neighbourhoods (§6) follow.
 #
-# The fits are `ssgp_ppl.fit`; the first section calls the NCVMP solver itself (`ssgp_ppl.ncvmp`)
-# on the entry's model and the scaled data (`ssgp_ppl.entry.load_entry`, `ssgp_ppl.datasets.load`),
+# The fits are `ssgp_ppl.fit`; the first section calls the NCVMP solver itself (`ssgp_ppl.inference.ncvmp`)
+# on the entry's model and the scaled data (`ssgp_ppl.entry.load_entry`, `ssgp_ppl.data.datasets.load`),
 # since it plots the solver's step sizes, which a fitted posterior does not keep.
 #
 # `SSGP_PPL_SMALL=1` (the test suite) uses m = 10, few restarts and 6 test points for §6, and leaves
-# the SVI twin and the reference to tests/test_tan.py and the Auto-MPG VI-vs-reference notebook.
+# the SVI twin and the reference to tests/inference/test_tan.py and the Auto-MPG VI-vs-reference notebook.
 
 # %%
 import json
@@ -36,9 +36,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import ssgp_ppl
-from ssgp_ppl import ncvmp
-from ssgp_ppl.datasets import frames, load
+from ssgp_ppl.data.datasets import frames, load
 from ssgp_ppl.entry import load_entry
+from ssgp_ppl.inference import ncvmp
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 m = 10 if SMALL else 20

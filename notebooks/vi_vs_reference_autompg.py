@@ -19,7 +19,7 @@
 # sets (`tan_va_stacked`: each set fitted to convergence, the fits weighted by stacking of their
 # leave-one-out predictives instead of keeping the best bound). Each is compared with the
 # reference: at full size the stored gold reference of its target where there is one
-# (`ssgp_ppl.gold`: independent tempered-SMC runs computed once and checked run against run, with
+# (`ssgp_ppl.diagnostics.gold`: independent tempered-SMC runs computed once and checked run against run, with
 # its label), otherwise adaptive tempered SMC with α integrated out computed here, then NUTS
 # chains from its particles. The paper's Fig. 9 compares local VA, global VA and MCMC by MNLP.
 #

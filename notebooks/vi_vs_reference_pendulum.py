@@ -20,7 +20,7 @@
 # `ssgp_ppl.compare` (what `ssgp-ppl compare` runs):
 #
 # * **the reference**: at full size, the entry's **gold reference** where one is stored with the
-#   package (`ssgp_ppl.gold`: independent tempered-SMC runs computed once with a large budget and
+#   package (`ssgp_ppl.diagnostics.gold`: independent tempered-SMC runs computed once with a large budget and
 #   checked run against run; its label says CONVERGED, or NOT CONVERGED with the reasons and, where
 #   the runs would need more than this hardware gives, "not attainable on this hardware");
 #   otherwise (the quick run's 80 rows match no stored target) adaptive tempered SMC (blackjax; s
@@ -48,7 +48,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 import ssgp_ppl
-from ssgp_ppl import gold
+from ssgp_ppl.diagnostics import gold
 
 SMALL = os.environ.get("SSGP_PPL_SMALL") == "1"
 # a quick run never writes into the committed reports: a temporary folder unless one is given

@@ -190,7 +190,7 @@ def mscan() -> str:
         steps = {(r["set"], r["entry"], r["m"]): r for r in doc["records"]}
         out += ["", "Each fit at the largest m: milliseconds per step (the scan's fit seconds / "
                 "steps, compilation included), the process's peak resident memory, what it held "
-                "before the fit (Python, JAX, the data) and `ssgp_ppl.resources.estimate`'s figure "
+                "before the fit (Python, JAX, the data) and `ssgp_ppl.runtime.resources.estimate`'s figure "
                 "(`python benchmarks/mscan.py --memory`). The estimate counts the fit's arrays; "
                 "most of the rest is XLA's compiled programs and their buffers, which a 315-row "
                 "pendulum fit needs as much as a 4,500-row one.", "",
@@ -208,7 +208,7 @@ def mscan() -> str:
 def gold_references() -> str:
     """The stored gold references (ssgp_ppl/references/, benchmarks/gold_references.py): each
     one's verdict with the figures it rests on, then the verdict's thresholds."""
-    from ssgp_ppl import gold
+    from ssgp_ppl.diagnostics import gold
 
     out = ["| entry | data | runs × particles | wall min | log Ẑ mean ± se (sd) | log Z by IS (k̂) | "
            "max R-hat | min ESS | run MNLP gap | test NMSE / MNLP | verdict |",
@@ -265,7 +265,7 @@ def gold_references() -> str:
              "that would take on the machine that computed it; above "
              f"**{gold.ATTAINABLE_HOURS:g}** hours it is labelled *not attainable on this "
              "hardware*, and comparisons use its runs pooled with equal weights."]
-    return "\n".join(out + ["", "The verdict's thresholds (`ssgp_ppl.gold`):", ""] + rules
+    return "\n".join(out + ["", "The verdict's thresholds (`ssgp_ppl.diagnostics.gold`):", ""] + rules
                      + ["", "Entries whose reference cannot be stored:", ""] + _conditional_entries())
 
 

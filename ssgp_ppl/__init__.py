@@ -15,6 +15,10 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from ssgp_ppl import moved  # noqa: E402
+
+moved.install()  # the flat layout's module paths, with a DeprecationWarning
+
 from importlib import metadata as _metadata  # noqa: E402
 
 try:
@@ -31,13 +35,13 @@ _LAZY = {
     "select_beta": ("ssgp_ppl.api", "select_beta"),
     "catalog": ("ssgp_ppl.api", "catalog"),
     "add_catalog": ("ssgp_ppl.api", "add_catalog"),
-    "register_method": ("ssgp_ppl.methods", "register"),
+    "register_method": ("ssgp_ppl.inference.methods", "register"),
     "SSGPRegressor": ("ssgp_ppl.estimator", "SSGPRegressor"),
     "Comparison": ("ssgp_ppl.report", "Comparison"),
     "Posterior": ("ssgp_ppl.posterior", "Posterior"),
-    "register_density": ("ssgp_ppl.densities", "register"),
-    "register_guide": ("ssgp_ppl.guides", "register"),
-    "register_likelihood": ("ssgp_ppl.likelihoods", "register"),
+    "register_density": ("ssgp_ppl.model.densities", "register"),
+    "register_guide": ("ssgp_ppl.model.guides", "register"),
+    "register_likelihood": ("ssgp_ppl.model.likelihoods", "register"),
 }
 _API = tuple(_LAZY)
 

@@ -16,8 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ssgp_ppl import datasets, methods, pipeline
+from ssgp_ppl import pipeline
 from ssgp_ppl import posterior as _posterior
+from ssgp_ppl.data import checks, datasets
+from ssgp_ppl.data.tables import TableOptions
+from ssgp_ppl.diagnostics.metrics import coverage_off
 from ssgp_ppl.entry import CatalogEntry, add_catalog, catalog_files, from_saved, load_entry
 from ssgp_ppl.errors import (
     CalibrationWarning,
@@ -26,9 +29,8 @@ from ssgp_ppl.errors import (
     SSGPError,
     check_seed,
 )
-from ssgp_ppl.metrics import coverage_off
+from ssgp_ppl.inference import methods
 from ssgp_ppl.posterior import Handoff, Posterior, stop_text
-from ssgp_ppl.tables import TableOptions
 
 
 def _entry(model, settings) -> CatalogEntry:
@@ -88,7 +90,7 @@ def _handoff(entry, ds, method, spectral_points, *, seed, progress) -> Handoff |
         takes = ", ".join(k for k, v in methods.REGISTRY.items() if "spectral_points" in v.accepts)
         raise SSGPError(f"spectral_points= applies to the methods that take spectral points "
                         f"({takes}), not to {m.name}")
-    points = datasets.real_array(spectral_points, "spectral_points")
+    points = checks.real_array(spectral_points, "spectral_points")
     want = (entry.config["model"]["m"], ds.n_features)
     if points.shape != want or not np.all(np.isfinite(points)):
         raise SSGPError(f"spectral_points must be a finite (m, d) = {want} array for "
@@ -119,7 +121,7 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     target
         The target column of a file or DataFrame ``data`` (default: the last).
     method
-        One of ``ssgp_ppl.methods.REGISTRY`` (default: the entry's own).
+        One of ``ssgp_ppl.inference.methods.REGISTRY`` (default: the entry's own).
     seed
         The random seed.
     steps
@@ -164,7 +166,7 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         When the fit stopped before its stop rule declared convergence (the step budget).
     CalibrationWarning
         When the test coverage of the 90% predictive interval is far from nominal
-        (:func:`ssgp_ppl.metrics.coverage_off`).
+        (:func:`ssgp_ppl.diagnostics.metrics.coverage_off`).
     """
     entry = _entry(model, settings)
     steps = _positive(steps, "steps")
@@ -226,7 +228,7 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
         Replace a comparison already in ``out``; continue an interrupted one.
     sbc
         Add simulation-based calibration of this many simulations (``ssgp-ppl compare --sbc N``:
-        :func:`ssgp_ppl.sbc.run` at its small defaults, ``settings`` on top, on the training
+        :func:`ssgp_ppl.diagnostics.sbc.run` at its small defaults, ``settings`` on top, on the training
         inputs of this split) into ``out/sbc`` and its section to the report.
     progress
         Show progress on stderr.
@@ -259,7 +261,7 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
                                        fresh_reference=fresh_reference, overwrite=overwrite,
                                        resume=resume)
     if sbc is not None:
-        from ssgp_ppl import sbc as sbc_module
+        from ssgp_ppl.diagnostics import sbc as sbc_module
 
         sbc_entry = _entry(_entry(model, None).with_overrides(list(sbc_module.SMALL_SETTINGS)),
                            settings)
@@ -315,7 +317,7 @@ def select_beta(model: str | Path | CatalogEntry, data=None, x=None, y=None, *,
         ``grid``, ``scores`` (validation mean NLL, or MSE for the square-loss DLM),
         ``criterion`` and the chosen ``beta``.
     """
-    from ssgp_ppl.selection import select_beta as select
+    from ssgp_ppl.inference.selection import select_beta as select
 
     entry = _entry(model, settings)
     table = TableOptions.of(inputs, drop, dropna, encode, dates)
@@ -382,7 +384,7 @@ def catalog() -> list[dict]:
 def guides() -> list[dict]:
     """The registered guides (``ssgp-ppl models --guides``): name, description and each setting of
     its ``[inference.svi.<name>]`` table (type, default, allowed values, doc), from its Settings."""
-    from ssgp_ppl.guides import GUIDES
+    from ssgp_ppl.model.guides import GUIDES
 
     def field(f) -> dict:
         types = f.type if isinstance(f.type, tuple) else (f.type,)

@@ -14,10 +14,12 @@ import sys
 import unicodedata
 from pathlib import Path
 
-from ssgp_ppl import __version__, methods, rundir  # imports JAX without starting a backend
-from ssgp_ppl.checkpoint import DEFAULT_EVERY
+from ssgp_ppl import __version__  # imports JAX without starting a backend
 from ssgp_ppl.entry import CATALOG_ENV
 from ssgp_ppl.errors import SEED_MAX, one_line
+from ssgp_ppl.inference import methods  # imports JAX without starting a backend
+from ssgp_ppl.runtime import rundir  # imports JAX without starting a backend
+from ssgp_ppl.runtime.checkpoint import DEFAULT_EVERY
 
 CHAINS_DEVICES = 4  # host devices so that 4 NUTS chains run in parallel
 
@@ -327,8 +329,8 @@ def _setup_jax(x64: bool, distributed: tuple | None = None) -> None:
 
 
 def _load_data(args, entry):
-    from ssgp_ppl.datasets import load
-    from ssgp_ppl.tables import TableOptions
+    from ssgp_ppl.data.datasets import load
+    from ssgp_ppl.data.tables import TableOptions
 
     table = TableOptions.of(args.inputs, args.drop, args.dropna, args.encode, args.dates)
     return load(args.data, split=args.split, data_dir=args.data_dir, target=args.target,
@@ -460,10 +462,10 @@ def cmd_fit(args) -> int:
 def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
     """``fit`` in the run directory ``out`` (held by this process)."""
 
-    from ssgp_ppl.checkpoint import Checkpoint
     from ssgp_ppl.errors import SSGPError
-    from ssgp_ppl.io import write_json
     from ssgp_ppl.pipeline import fit, metrics_record
+    from ssgp_ppl.runtime.checkpoint import Checkpoint
+    from ssgp_ppl.runtime.io import write_json
 
     method = m.name
     out.mkdir(parents=True, exist_ok=True)
@@ -480,7 +482,7 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
     elif args.resume:
         raise SSGPError(f"method {method!r} does not checkpoint: nothing to resume in {out}")
     if args.select_beta:
-        from ssgp_ppl.selection import record, select_beta
+        from ssgp_ppl.inference.selection import record, select_beta
 
         saved = out / "beta_selection.json"
         if args.resume and saved.is_file():  # the selection finished before the interruption
@@ -493,7 +495,7 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
                   f"{len(sel.grid)} values, {sel.seconds:.0f} s)", file=sys.stderr)
         entry = entry.with_overrides([f"inference.svi.beta={beta!r}"])
     if args.dask:
-        from ssgp_ppl.cluster import client
+        from ssgp_ppl.runtime.cluster import client
 
         cluster = client(None if args.dask == "local" else args.dask, workers=args.dask_workers or 2)
     else:
@@ -572,7 +574,7 @@ def _stop_on_signals():
     process inherited as ignored (``nohup``) stays ignored. The previous handlers are restored."""
     import signal
 
-    from ssgp_ppl import signals
+    from ssgp_ppl.runtime import signals
 
     def stop(num, frame):
         for k, v in previous.items():
@@ -631,7 +633,7 @@ def cmd_compare(args) -> int:
             print(f"reference NOT CONVERGED: {'; '.join(r['reference']['reasons'])}",
                   file=sys.stderr)
     if sbc_result is not None:
-        from ssgp_ppl import sbc
+        from ssgp_ppl.diagnostics import sbc
 
         tally = [ln for ln in sbc.summary_lines(sbc_result) if not ln.startswith(" ")]
         print(f"simulation-based calibration, {sbc_result.done} simulations: "
@@ -644,8 +646,8 @@ def cmd_compare(args) -> int:
 
 def _compare_sbc(args, data, out: Path):
     """``compare --sbc N``: SBC at its defaults on the comparison's training inputs into
-    ``out/sbc``, and its section in the report (:func:`ssgp_ppl.sbc.add_to_comparison`)."""
-    from ssgp_ppl import sbc
+    ``out/sbc``, and its section in the report (:func:`ssgp_ppl.diagnostics.sbc.add_to_comparison`)."""
+    from ssgp_ppl.diagnostics import sbc
     from ssgp_ppl.entry import load_entry
 
     entry = load_entry(args.model).with_overrides(list(sbc.SMALL_SETTINGS) + list(args.sets))
@@ -654,7 +656,7 @@ def _compare_sbc(args, data, out: Path):
 
 
 def cmd_sbc(args) -> int:
-    from ssgp_ppl import sbc
+    from ssgp_ppl.diagnostics import sbc
 
     out = Path(args.out or f"runs/{Path(args.model).stem}-{args.data}-sbc")
     settings = tuple(sbc.SMALL_SETTINGS) + tuple(args.sets)

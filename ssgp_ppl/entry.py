@@ -1,8 +1,8 @@
 """The model catalog: one declarative TOML file per entry, in the built-in catalog
-(``ssgp_ppl/models/``, shipped with the package) and in any user catalog directory.
+(``models/``, shipped with the package) and in any user catalog directory.
 
 :func:`load_entry` reads and validates a file; every problem is one :class:`SSGPError` naming the
-file and the dotted key. :meth:`CatalogEntry.spec` builds the :class:`~ssgp_ppl.model.SSGPSpec`,
+file and the dotted key. :meth:`CatalogEntry.spec` builds the :class:`~ssgp_ppl.model.ssgp.SSGPSpec`,
 :meth:`CatalogEntry.model` the model callable and :meth:`CatalogEntry.guide` the guide. The format
 is documented in the README ("Catalog format") and by :data:`SCHEMA` below.
 """
@@ -20,14 +20,14 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ssgp_ppl import densities, likelihoods
-from ssgp_ppl import methods as _methods
 from ssgp_ppl.errors import SEED_MAX, SSGPError
-from ssgp_ppl.io import file_kind
-from ssgp_ppl.methods.svi import SVI, guide_of
-from ssgp_ppl.model import PRIORS, ROLES, Hyper, SSGPSpec, ssgp_model
-from ssgp_ppl.partitions import Partitions, auto_count, kmeans_partitions
-from ssgp_ppl.predictive import RULES
+from ssgp_ppl.inference import methods as _methods
+from ssgp_ppl.inference.methods.svi import SVI, guide_of
+from ssgp_ppl.inference.partitions import Partitions, auto_count, kmeans_partitions
+from ssgp_ppl.model import densities, likelihoods
+from ssgp_ppl.model.predictive import RULES
+from ssgp_ppl.model.ssgp import PRIORS, ROLES, Hyper, SSGPSpec, ssgp_model
+from ssgp_ppl.runtime.io import file_kind
 from ssgp_ppl.settings import Field, leaf_paths, validate
 
 HYPER_RANGE = (1e-6, 1e6)  # starting and fixed values (standardised units): far beyond, float32
@@ -54,7 +54,7 @@ _BASE: dict = {  # everything but [inference], whose tables the methods declare
     "model": {
         "m": Field(int, 20, "number of frequencies (2m features)", low=1, high=100_000),
         "spectral_density": Field(str, "se", "spectral density p(r | ℓ), the kernel family "
-                                  "(ssgp_ppl.densities)"),  # choices: the registry, in schema()
+                                  "(ssgp_ppl.model.densities)"),  # choices: the registry, in schema()
         "parameterization": Field(str, "free", "free θ | scaled (s ⊙ λ, Tan et al. 2016, eq. 4)",
                                   choices=("free", "scaled")),
         "frequencies": Field(str, "prior", "free θ: prior (given ℓ) | learned (point estimate)",
@@ -97,8 +97,8 @@ _BASE: dict = {  # everything but [inference], whose tables the methods declare
 
 def schema(raw: dict | None = None, src: str = "") -> dict:
     """The catalog format with every registered method's ``[inference.<name>]`` table and every
-    registered spectral density (:func:`ssgp_ppl.methods.register` and
-    :func:`ssgp_ppl.densities.register` add them after import): each table as the entry ``raw``
+    registered spectral density (:func:`ssgp_ppl.inference.methods.register` and
+    :func:`ssgp_ppl.model.densities.register` add them after import): each table as the entry ``raw``
     (read from ``src``) writes it (``[inference.svi]`` holds its guide's table only), or every key
     any entry may write (``raw`` None)."""
     density = _BASE["model"]["spectral_density"]._replace(choices=tuple(densities.DENSITIES))
@@ -130,7 +130,7 @@ def schema(raw: dict | None = None, src: str = "") -> dict:
 SCHEMA = schema()  # the built-in methods' catalog format
 
 
-BUILTIN_CATALOG = Path(__file__).resolve().parent / "models"
+BUILTIN_CATALOG = Path(__file__).resolve().parents[1] / "models"
 CATALOG_ENV = "SSGP_PPL_MODELS"  # user catalog directories, separated by os.pathsep
 _user_catalogs: list[Path] = []
 
@@ -230,13 +230,13 @@ class CatalogEntry:
         return partial(ssgp_model, spec=spec)
 
     def guide(self, spec: SSGPSpec, model=None):
-        """The entry's ``[inference.svi]`` guide object for ``spec`` (:mod:`ssgp_ppl.guides`),
+        """The entry's ``[inference.svi]`` guide object for ``spec`` (:mod:`ssgp_ppl.model.guides`),
         with its ``[inference.svi.<guide>]`` settings."""
         return guide_of(self, spec, model or self.model(spec), SVI.settings(self))
 
     @cached_property
     def lik(self):
-        """The entry's observation model (:mod:`ssgp_ppl.likelihoods`)."""
+        """The entry's observation model (:mod:`ssgp_ppl.model.likelihoods`)."""
         mc = self.config["model"]
         return likelihoods.LIKELIHOODS.get(mc["likelihood"]).configure(mc)
 

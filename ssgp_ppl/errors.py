@@ -27,7 +27,7 @@ class SSGPError(ValueError):
 
 
 class PrecisionWarning(UserWarning):
-    """A fit the working precision cannot resolve (:func:`ssgp_ppl.linalg.resolution`): its
+    """A fit the working precision cannot resolve (:func:`ssgp_ppl.model.linalg.resolution`): its
     noise at float32's resolution floor, or jitter added to its Cholesky factor; one line, ending
     with the advice to refit with ``--x64``."""
 
@@ -39,7 +39,7 @@ class ConvergenceWarning(UserWarning):
 
 class CalibrationWarning(UserWarning):
     """A fit whose test coverage of the 90% predictive interval is far from nominal
-    (:func:`ssgp_ppl.metrics.coverage_off`): one line with the coverage, the test rows and whether
+    (:func:`ssgp_ppl.diagnostics.metrics.coverage_off`): one line with the coverage, the test rows and whether
     the intervals are too narrow or too wide."""
 
 

@@ -1,7 +1,7 @@
 """The pipeline of every fit: method → posterior → test predictions → scores → DataTree.
 
 :func:`fit` is what :func:`ssgp_ppl.fit`, the CLI's ``fit`` and ``compare`` call. The methods
-themselves are plug-ins (:mod:`ssgp_ppl.methods`); what one needs from the entry's own method
+themselves are plug-ins (:mod:`ssgp_ppl.inference.methods`); what one needs from the entry's own method
 (type-II estimates for an empirical-Bayes NUTS reference, the spectral points NCVMP kept) is
 fitted here first by :func:`prerequisites` and handed over explicitly.
 """
@@ -19,22 +19,25 @@ import numpy as np
 import xarray as xr
 from scipy.special import ndtr
 
-from ssgp_ppl import datatree, methods, paths, resources
-from ssgp_ppl.calibration import is_vi, vi_loo_weights
-from ssgp_ppl.checkpoint import Checkpoint, run_fingerprint
-from ssgp_ppl.datasets import Dataset, check_scaled_range
-from ssgp_ppl.entry import CatalogEntry
-from ssgp_ppl.errors import PrecisionWarning, SSGPError, check_seed
-from ssgp_ppl.fitinfo import StopReading, SVIInfo, stop_text
-from ssgp_ppl.linalg import check_finite, resolution
-from ssgp_ppl.metrics import (
+from ssgp_ppl.data.checks import check_scaled_range
+from ssgp_ppl.data.datasets import Dataset
+from ssgp_ppl.diagnostics import datatree
+from ssgp_ppl.diagnostics.calibration import is_vi, vi_loo_weights
+from ssgp_ppl.diagnostics.metrics import (
     coverage_off,
     likelihood_metrics,
     lognormal_metrics,
     regression_metrics,
 )
+from ssgp_ppl.entry import CatalogEntry
+from ssgp_ppl.errors import PrecisionWarning, SSGPError, check_seed
+from ssgp_ppl.inference import methods, paths
+from ssgp_ppl.inference.fitinfo import StopReading, SVIInfo, stop_text
+from ssgp_ppl.model.linalg import check_finite, resolution
+from ssgp_ppl.model.predictive import check_test_inputs
 from ssgp_ppl.posterior import Handoff, Posterior
-from ssgp_ppl.predictive import check_test_inputs
+from ssgp_ppl.runtime import resources
+from ssgp_ppl.runtime.checkpoint import Checkpoint, run_fingerprint
 
 
 def prerequisites(entry: CatalogEntry, data: Dataset, method: methods.Method, *, seed: int = 0,
@@ -61,12 +64,12 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
         checkpoint: Checkpoint | None = None, client=None, force: bool = False) -> Posterior:
     """Fit ``entry`` on ``data`` with ``method`` (default: the entry's own), predict the test split,
     score it and build the DataTree. A fit whose memory estimate exceeds the machine's is refused
-    unless ``force`` (:mod:`ssgp_ppl.resources`).
+    unless ``force`` (:mod:`ssgp_ppl.runtime.resources`).
 
     ``inputs``: the hand-over from the entry's own method (type-II estimates, spectral points,
     partitions); default: fitted here by :func:`prerequisites` when the method needs it.
     ``checkpoint`` (methods that checkpoint): saved / resumed as
-    :func:`~ssgp_ppl.inference.run_svi` says, its fingerprint this run's. ``client`` (a
+    :func:`~ssgp_ppl.inference.runners.run_svi` says, its fingerprint this run's. ``client`` (a
     ``distributed.Client``): the test predictions, and the local fits, run in chunks on it.
     """
     m = methods.get(method or entry.methods[0])
@@ -98,7 +101,7 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
         checkpoint = checkpoint._replace(fingerprint=run_fingerprint(entry, data, m.name, seed,
                                                                      steps, given))
     k, how = m.paths(entry)
-    if k > 1:  # multi-path: K runs from dispersed starts, combined (ssgp_ppl.paths)
+    if k > 1:  # multi-path: K runs from dispersed starts, combined (ssgp_ppl.inference.paths)
         post = paths.run(m, entry, data, paths=k, how=how, seed=seed, steps=steps,
                          progress=progress, inputs=inputs, checkpoint=checkpoint, client=client)
     else:
@@ -114,7 +117,7 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
 
 def check_precision(post: Posterior, data: Dataset) -> Posterior:
     """``post`` with FitInfo's ``precision``, ``noise_floor`` and ``jitter``
-    (:func:`ssgp_ppl.linalg.resolution` on the training inputs) where it is Gaussian SSGP
+    (:func:`ssgp_ppl.model.linalg.resolution` on the training inputs) where it is Gaussian SSGP
     regression with frequencies per draw; the jitter is checked where the fit factors A (s
     integrated out, or the marginal predictive)."""
     sites = post.flat_sites
@@ -217,7 +220,7 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
 
 def _scores(post, pred, data, lik, flat) -> dict:
     """The test scores in the target's original units; a log target's by the log-normal of its
-    moment-matched Gaussian on log y (:func:`~ssgp_ppl.metrics.lognormal_metrics`), its exact
+    moment-matched Gaussian on log y (:func:`~ssgp_ppl.diagnostics.metrics.lognormal_metrics`), its exact
     test NLL with the Jacobian log y."""
     y_test = np.asarray(data.y_scaler.inverse(data.y_test))
     log = data.y_scaler.log

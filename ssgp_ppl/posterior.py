@@ -1,7 +1,7 @@
 """The result of every inference method: a typed :class:`Posterior` that predicts, saves and loads.
 
-A method (:mod:`ssgp_ppl.methods`) returns the posterior draws of the model's sites, the fitted
-scalers, the predictive rule (:mod:`ssgp_ppl.predictive`) and typed :class:`FitInfo`; the pipeline
+A method (:mod:`ssgp_ppl.inference.methods`) returns the posterior draws of the model's sites, the fitted
+scalers, the predictive rule (:mod:`ssgp_ppl.model.predictive`) and typed :class:`FitInfo`; the pipeline
 (:func:`ssgp_ppl.pipeline.fit`) adds the test-split prediction, its scores and the ArviZ DataTree.
 :meth:`Posterior.predict` takes raw inputs in original units and returns the predictive of y* in
 original units; :meth:`Posterior.save` / :func:`load` round-trip everything it needs in one netCDF
@@ -24,17 +24,19 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ssgp_ppl.datasets import Scaler, check_finite, check_scaled_range, real_array
+from ssgp_ppl.data.checks import check_finite, check_scaled_range, real_array
+from ssgp_ppl.data.datasets import Scaler
+from ssgp_ppl.data.tables import TableEncoding, frame
 from ssgp_ppl.errors import SSGPError, check_seed, one_line
-from ssgp_ppl.fitinfo import (  # noqa: F401  (FitInfo and stop_text are this module's too)
+from ssgp_ppl.inference.fitinfo import (  # noqa: F401  (FitInfo and stop_text are this module's too)
     FitInfo,
     info_from_flat,
     info_from_json,
     info_to_json,
     stop_text,
 )
-from ssgp_ppl.partitions import Partitions
-from ssgp_ppl.predictive import (
+from ssgp_ppl.inference.partitions import Partitions
+from ssgp_ppl.model.predictive import (
     STATE_ARRAYS,
     Moments,
     Prediction,
@@ -43,7 +45,6 @@ from ssgp_ppl.predictive import (
     prediction,
     rule_from_state,
 )
-from ssgp_ppl.tables import TableEncoding, frame
 
 if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.entry import CatalogEntry
@@ -70,7 +71,7 @@ LAYOUT_SLACK_BYTES = 64 * 2**20
 class Handoff:
     """What one method's fit gives another: type-II estimates (for an empirical-Bayes
     reference), the spectral points NCVMP's restarts kept, the k-means partitions, and where a
-    path of a multi-path fit starts (:mod:`ssgp_ppl.paths`)."""
+    path of a multi-path fit starts (:mod:`ssgp_ppl.inference.paths`)."""
 
     type2: dict | None = None
     spectral_points: np.ndarray | None = None
@@ -80,7 +81,7 @@ class Handoff:
 
 @runtime_checkable
 class PredictiveRule(Protocol):
-    """What a posterior predicts with (:mod:`ssgp_ppl.predictive`: ``SiteRule``, ``NCVMPRule``,
+    """What a posterior predicts with (:mod:`ssgp_ppl.model.predictive`: ``SiteRule``, ``NCVMPRule``,
     ``LocalFitsRule``, ``StackedRule``): per-draw f* moments at standardised inputs, and the
     arrays and attributes :meth:`Posterior.save` stores (``predictive.rule_from_state`` reads
     them back)."""
@@ -276,7 +277,7 @@ class Posterior:
         """One netCDF file: the DataTree (if any) plus a group with the rule's arrays, the sites,
         the scalers and, as JSON attributes, the catalog configuration, method and info, with the
         sha256 of all of it (:func:`state_checksum`) that :func:`load` checks."""
-        from ssgp_ppl.io import write_datatree
+        from ssgp_ppl.runtime.io import write_datatree
 
         if not isinstance(path, str | os.PathLike):
             raise SSGPError(f"save takes a file path, got {type(path).__name__}")
@@ -411,7 +412,7 @@ def _guide_tables_from_flat(config: dict) -> dict:
         else None
     if not isinstance(svi, dict) or not isinstance(svi.get("guide"), str):
         return config
-    from ssgp_ppl.guides import GUIDES  # guides imports this module's neighbours: not at the top
+    from ssgp_ppl.model.guides import GUIDES  # guides imports this module's neighbours: not at the top
 
     own = GUIDES[svi["guide"]].Settings.schema() if svi["guide"] in GUIDES else {}
     flat = {k: svi[k] for k in _FLAT_GUIDE_SETTINGS if k in svi}

@@ -6,9 +6,9 @@ verdict, its reasons and modes), a self-contained ``report.html`` (tables, plots
 predictive bands, coverage curve, PIT and LOO-PIT Δ-ECDFs, VI-vs-reference marginals, loss traces)
 and each method's DataTree as ``posterior_<method>.nc``.
 
-The reference is the registry's (:func:`ssgp_ppl.methods.reference`: tempered SMC polished by
+The reference is the registry's (:func:`ssgp_ppl.inference.methods.reference`: tempered SMC polished by
 NUTS). Every VI-vs-reference figure and every diagnostic is computed on quantities the SSGP's
-symmetries leave unchanged (:mod:`ssgp_ppl.invariants`), never on individual frequencies; a
+symmetries leave unchanged (:mod:`ssgp_ppl.diagnostics.invariants`), never on individual frequencies; a
 reference that did not converge is labelled so in every table and plot that uses it.
 """
 
@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ssgp_ppl import gold, invariants, methods, rundir
-from ssgp_ppl.calibration import (
+from ssgp_ppl.data.datasets import Dataset
+from ssgp_ppl.diagnostics import gold, invariants
+from ssgp_ppl.diagnostics.calibration import (
     BFMI_MIN,
     ESS_MIN,
     LOG_DENSITY_SPREAD,
@@ -45,17 +46,18 @@ from ssgp_ppl.calibration import (
     pit_reading,
     reference_health,
 )
-from ssgp_ppl.datasets import Dataset
+from ssgp_ppl.diagnostics.metrics import COVERAGE_OK, COVERAGE_SDS, coverage_curve, coverage_off
+from ssgp_ppl.diagnostics.metrics import DEFAULT_LEVELS as LEVELS
 from ssgp_ppl.entry import CatalogEntry, from_saved
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.io import write_bytes_atomic, write_json, write_text_atomic
-from ssgp_ppl.metrics import COVERAGE_OK, COVERAGE_SDS, coverage_curve, coverage_off
-from ssgp_ppl.metrics import DEFAULT_LEVELS as LEVELS
-from ssgp_ppl.paths import OBJECTIVE_KINDS, SCREEN_DRAWS, combine, split_chains
+from ssgp_ppl.inference import methods
+from ssgp_ppl.inference.paths import OBJECTIVE_KINDS, SCREEN_DRAWS, combine, split_chains
 from ssgp_ppl.pipeline import evaluate, fit, metrics_record
 from ssgp_ppl.posterior import Handoff, Posterior
 from ssgp_ppl.posterior import load as load_posterior
-from ssgp_ppl.status import step
+from ssgp_ppl.runtime import rundir
+from ssgp_ppl.runtime.io import write_bytes_atomic, write_json, write_text_atomic
+from ssgp_ppl.runtime.status import step
 
 # settings of a quick run (notebooks and tests at SSGP_PPL_SMALL=1): every method still runs
 SMALL_SETTINGS = ("svi.steps=400", "svi.min_steps=0", "svi.paths=2", "ml.steps=300", "nuts.warmup=100",
@@ -158,7 +160,7 @@ def summary_lines(records: list[dict], ref_label: str = "") -> list[str]:
     reference's verdict; the best method by test MNLP and its lead; the largest VI-vs-reference
     distance on the invariant quantities in units of the reference's replicate floor; the fits
     that stopped on their step budget; the methods whose 90% interval's test coverage is far from
-    nominal (:func:`~ssgp_ppl.metrics.coverage_off`, as ``fit`` warns)."""
+    nominal (:func:`~ssgp_ppl.diagnostics.metrics.coverage_off`, as ``fit`` warns)."""
     lines = []
     ref = next((r for r in records if "reference" in r), None)
     if ref is not None:
@@ -536,7 +538,7 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 
 def paths_record(post: Posterior, data: Dataset) -> dict:
     """A multi-path fit's paths: how they combine, each one's weight, LOO log score (PSIS over the
-    path's draws of the closed-form p(yᵢ | y₋ᵢ, θ), :func:`ssgp_ppl.paths.path_loo`; standardised
+    path's draws of the closed-form p(yᵢ | y₋ᵢ, θ), :func:`ssgp_ppl.inference.paths.path_loo`; standardised
     units as the stacking uses it, and per training row in original units), the rows whose k̂
     makes that score unreliable, its final objective and what that objective is, its posterior
     mean noise sd (original units), and the mixture's LOO log score."""
@@ -560,7 +562,7 @@ def paths_record(post: Posterior, data: Dataset) -> dict:
 
 
 def replicate_floor(ref_inv, *, seed: int = 0) -> dict | None:
-    """The reference compared with itself: :func:`~ssgp_ppl.invariants.posterior_comparison` of
+    """The reference compared with itself: :func:`~ssgp_ppl.diagnostics.invariants.posterior_comparison` of
     its first half of chains against its second half (None with fewer than 2 chains). A VI-vs-
     reference distance below about twice this floor is within the reference's own Monte Carlo
     noise."""
@@ -593,7 +595,7 @@ def _evaluate_record(r, label: str, data: Dataset, y_test, readings: dict) -> di
 
 
 def _loo_missing(r: Posterior, gold: bool = False) -> str:
-    """Why a fit has no PSIS-LOO (:func:`~ssgp_ppl.calibration.loo_summary` returned None)."""
+    """Why a fit has no PSIS-LOO (:func:`~ssgp_ppl.diagnostics.calibration.loo_summary` returned None)."""
     dt = r.datatree
     if gold:
         return ("a stored gold reference keeps its runs' pooled SMC particles without a sampler's "
@@ -625,7 +627,7 @@ def _gold_record(g) -> dict:
 def reference_fit(entry, data, method, *, seed=0, progress=False, handoff=None, fresh=False,
                   gold_root=None):
     """(posterior, gold): the stored gold reference matching this comparison's target unless
-    ``fresh`` (:func:`ssgp_ppl.gold.find`), else the reference fitted on the fly."""
+    ``fresh`` (:func:`ssgp_ppl.diagnostics.gold.find`), else the reference fitted on the fly."""
     g = None if fresh else gold.find(entry, data, handoff, root=gold_root)
     if g is None:
         return fit(entry, data, method, seed=seed, progress=progress, inputs=handoff), None
@@ -650,10 +652,10 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     the invariant quantities; for the reference its verdict and modes.
 
     The reference is the stored gold reference of this target where there is one
-    (:mod:`ssgp_ppl.gold`; ``gold_root`` overrides where they are looked up), unless
+    (:mod:`ssgp_ppl.diagnostics.gold`; ``gold_root`` overrides where they are looked up), unless
     ``fresh_reference``; otherwise it is computed here, on the entry's own budget.
 
-    ``out`` is held by this process (:mod:`ssgp_ppl.rundir`: a second run on it is refused). The
+    ``out`` is held by this process (:mod:`ssgp_ppl.runtime.rundir`: a second run on it is refused). The
     run is written to ``out/.ssgp-ppl-staging`` and moved into ``out`` when complete; a run
     already in ``out`` is refused unless ``overwrite``. ``resume`` continues an interrupted
     comparison of the same settings (entry, data, seed), loading each method it finished.
@@ -704,7 +706,7 @@ def _compare(entry, data, out, *, seed, progress, fresh_reference, gold_root, ov
 def _fingerprint(entry, data, seed, fresh_reference, gold_root) -> dict:
     """What an interrupted comparison must match to be continued: the entry and its settings,
     the training and test rows, the seed and where the reference comes from."""
-    from ssgp_ppl.checkpoint import run_fingerprint
+    from ssgp_ppl.runtime.checkpoint import run_fingerprint
 
     given = {"test": {"x": np.asarray(data.x_test), "y": np.asarray(data.y_test)}}
     return {**run_fingerprint(entry, data, "compare", seed, None, given),
@@ -1081,7 +1083,7 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
                   "its resolution floor for the fit's signal and features (float64 puts it lower "
                   "at the same values), or jitter added to the "
                   "Cholesky factor of A = ΦᵀΦ + (mσ<sub>n</sub>²/σ<sub>s</sub>²)I at the fitted "
-                  "values (<code>ssgp_ppl.linalg.resolution</code>). Their noise and intervals are "
+                  "values (<code>ssgp_ppl.model.linalg.resolution</code>). Their noise and intervals are "
                   "not float64's; refit with <code>--x64</code>.</p>",
                   _table(precision, ["method", "precision"])]
     cov = [{"method": row["method"], **{f"{lv:.0%}": e for lv, e in zip(
@@ -1178,7 +1180,7 @@ def compare_named(name: str, dataset: str, out_root: Path | str = "reports", *,
     it a comparison already there is replaced."""
     import json
 
-    from ssgp_ppl.datasets import load
+    from ssgp_ppl.data.datasets import load
     from ssgp_ppl.entry import load_entry
 
     out = Path(out_root) / f"{name}-{dataset}"
@@ -1319,8 +1321,8 @@ class Comparison:
     @property
     def sbc(self):
         """The simulation-based calibration added to the comparison (``compare --sbc N``), a
-        :class:`ssgp_ppl.sbc.Result` read from the folder's ``sbc/sbc.nc``; None without one."""
-        from ssgp_ppl import sbc
+        :class:`ssgp_ppl.diagnostics.sbc.Result` read from the folder's ``sbc/sbc.nc``; None without one."""
+        from ssgp_ppl.diagnostics import sbc
 
         if self.folder is None or not (self.folder / sbc.COMPARISON_FOLDER / sbc.TREE).is_file():
             return None

@@ -1,7 +1,7 @@
 """Declarative settings: a :class:`Field` per key, validated with the file and dotted key named.
 
-The catalog (:mod:`ssgp_ppl.entry`), every inference method (:mod:`ssgp_ppl.methods`), every guide
-(:mod:`ssgp_ppl.guides`) and the predictive use these to declare and check their own TOML tables:
+The catalog (:mod:`ssgp_ppl.entry`), every inference method (:mod:`ssgp_ppl.inference.methods`), every guide
+(:mod:`ssgp_ppl.model.guides`) and the predictive use these to declare and check their own TOML tables:
 a component's :class:`Settings` is a frozen dataclass whose fields are made by :func:`setting`.
 """
 
@@ -12,8 +12,8 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ssgp_ppl.data.tables import duplicates
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.tables import duplicates
 
 if TYPE_CHECKING:  # pragma: no cover
     from ssgp_ppl.entry import CatalogEntry

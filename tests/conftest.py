@@ -26,7 +26,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from ssgp_ppl import datasets  # noqa: E402
+from ssgp_ppl.data import datasets  # noqa: E402
 
 LONGEST = ("test_docs.py::test_docs_site_builds", "test_smc.py::test_multimodal",
            "test_docs.py::test_python_examples",

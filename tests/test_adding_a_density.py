@@ -14,8 +14,8 @@ import pytest
 from scipy import integrate, stats
 
 import ssgp_ppl
-from ssgp_ppl.densities import DENSITIES
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.model.densities import DENSITIES
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "guide" / "adding-a-model.md"
 TEXT = DOC.read_text()
@@ -58,7 +58,7 @@ def test_the_catalog_checks_the_name_when_the_entry_is_loaded(unregistered, tmp_
 
 
 def test_the_page_registers_the_density_from_user_code(registered):
-    assert type(registered).__module__ != "ssgp_ppl.densities"
+    assert type(registered).__module__ != "ssgp_ppl.model.densities"
     assert registered.name == "laplace" and registered.loc_scale and not registered.gaussian
     assert list(DENSITIES)[-1] == "laplace"
     with pytest.raises(SSGPError, match="a spectral density named 'laplace' is registered already"):

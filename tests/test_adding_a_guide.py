@@ -12,7 +12,7 @@ import ssgp_ppl
 from ssgp_ppl.api import guides
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.guides import GUIDES
+from ssgp_ppl.model.guides import GUIDES
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "guide" / "adding-a-model.md"
 

@@ -12,9 +12,9 @@ import pytest
 from scipy import integrate, stats
 
 import ssgp_ppl
-from ssgp_ppl import likelihoods
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
+from ssgp_ppl.model import likelihoods
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "guide" / "adding-a-model.md"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import ssgp_ppl
-from ssgp_ppl import methods
 from ssgp_ppl.errors import CalibrationWarning, SSGPError
+from ssgp_ppl.inference import methods
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "adding-a-method.md"
 

@@ -11,7 +11,7 @@ import pytest
 
 import ssgp_ppl
 from ssgp_ppl import pipeline
-from ssgp_ppl.datasets import load
+from ssgp_ppl.data.datasets import load
 from ssgp_ppl.entry import BUILTIN_CATALOG, list_entries, load_entry
 from ssgp_ppl.errors import SSGPError
 
@@ -146,12 +146,12 @@ def test_compare_gives_the_numbers_of_the_named_comparison(tmp_path):
 
 @OVERCONFIDENT
 def test_frames_are_the_rows_fit_uses(pendulum):
-    from ssgp_ppl.datasets import frames
+    from ssgp_ppl.data.datasets import frames
 
     train, test = frames("pendulum")
     assert train.shape == test.shape == (315, 10)
     assert list(train.columns) == [f"x{i}" for i in range(9)] + ["y"]
-    raw = np.loadtxt(ROOT / "ssgp_ppl" / "data" / "pendulum.csv.gz", delimiter=",")
+    raw = np.loadtxt(ROOT / "ssgp_ppl" / "data" / "bundled" / "pendulum.csv.gz", delimiter=",")
     both = np.concatenate([train.to_numpy(), test.to_numpy()])
     np.testing.assert_allclose(both[np.lexsort(both.T)], raw[np.lexsort(raw.T)], rtol=1e-12)
     post = ssgp_ppl.fit("ssgp", data="pendulum", settings=ML)
@@ -178,7 +178,7 @@ def test_fit_takes_spectral_points(pendulum):
 
 
 def test_select_beta_on_a_named_data_set_is_the_selection_of_its_rows(pendulum):
-    from ssgp_ppl.selection import select_beta
+    from ssgp_ppl.inference.selection import select_beta
 
     sel = ssgp_ppl.select_beta("svbssgp_dlm_log", data="pendulum", grid=[1.0, 0.1], steps=20)
     ref = select_beta(load_entry("svbssgp_dlm_log"), pendulum, [1.0, 0.1], steps=20)
@@ -251,8 +251,8 @@ def test_a_loaded_posterior_keeps_its_test_prediction_and_params(pendulum, tmp_p
 
 
 def test_checkpoint_fingerprint_ignores_the_description_texts(pendulum):
-    from ssgp_ppl.checkpoint import run_fingerprint
     from ssgp_ppl.entry import CatalogEntry
+    from ssgp_ppl.runtime.checkpoint import run_fingerprint
 
     entry = load_entry("ssgp")
     reworded = CatalogEntry(entry.name, entry.path, {**entry.config, "paper": "another citation",
@@ -417,8 +417,8 @@ def test_settings_are_data_never_toml_text():
 def test_crafted_encoding_and_rule_states_are_one_error():
     """The pieces of a saved posterior that are read outside ``load`` itself: a hand-made table
     encoding or predictive rule state is one SSGPError, never KeyError or JSONDecodeError."""
-    from ssgp_ppl.predictive import rule_from_state
-    from ssgp_ppl.tables import TableEncoding
+    from ssgp_ppl.data.tables import TableEncoding
+    from ssgp_ppl.model.predictive import rule_from_state
 
     for text in ("{", "{}", "[1]", '{"columns": [["a", "weird", []]], "target": "y"}',
                  '{"columns": [["a"]], "target": "y"}', '{"columns": [], "target": 5}'):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ssgp_ppl import densities, guides, likelihoods, methods
+from ssgp_ppl.inference import methods
+from ssgp_ppl.model import densities, guides, likelihoods
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ssgp_ppl"
 ABILITIES = {"nuisance_conditional", "conditional_and_marginal", "own_objective", "elbo",
@@ -53,7 +54,7 @@ def _method_name_comparisons(tree: ast.AST, source: str) -> list[str]:
 
 
 def test_only_the_registry_compares_method_names():
-    offenders = _offenders(_method_name_comparisons, owner="ssgp_ppl.methods")
+    offenders = _offenders(_method_name_comparisons, owner="ssgp_ppl.inference.methods")
     assert not offenders, offenders
 
 
@@ -97,7 +98,7 @@ def _density_switches(tree: ast.AST, source: str) -> list[str]:
 
 
 def test_only_the_densities_module_switches_on_a_density():
-    offenders = _offenders(_density_switches, owner="ssgp_ppl.densities")
+    offenders = _offenders(_density_switches, owner="ssgp_ppl.model.densities")
     assert not offenders, offenders
 
 
@@ -156,7 +157,7 @@ def _likelihood_names_spelled(tree: ast.AST) -> list[str]:
 
 def test_only_the_likelihood_module_switches_on_likelihood_names():
     offenders = _offenders(lambda tree, src: _likelihood_name_switches(tree, src)
-                           + _likelihood_names_spelled(tree), owner="ssgp_ppl.likelihoods")
+                           + _likelihood_names_spelled(tree), owner="ssgp_ppl.model.likelihoods")
     assert not offenders, offenders
 
 
@@ -214,17 +215,17 @@ def test_no_module_uses_another_modules_private_names():
 
 
 def test_the_check_finds_private_names_of_other_modules():
-    src = ('import ssgp_ppl.smc\n'
+    src = ('import ssgp_ppl.inference.smc\n'
            'from ssgp_ppl import inference\n'
-           'from ssgp_ppl.inference import _Convergence, run_svi\n'
-           'from ssgp_ppl.methods.svi import SVI\n'
+           'from ssgp_ppl.inference.runners import _Convergence, run_svi\n'
+           'from ssgp_ppl.inference.methods.svi import SVI\n'
            'def f(ds, own):\n'
-           '    a = SVI._setup(1) + inference._drive + ssgp_ppl.smc._label\n'
+           '    a = SVI._setup(1) + inference._drive + ssgp_ppl.inference.smc._label\n'
            '    return ds._replace(a=a), own._private, run_svi.__doc__\n')
     hits = _private_uses(ast.parse(src), src)
     assert sorted(h.split(": ", 1)[1] for h in hits) == [
-        "SVI._setup", "from ssgp_ppl.inference import _Convergence", "inference._drive",
-        "ssgp_ppl.smc._label"], hits
+        "SVI._setup", "from ssgp_ppl.inference.runners import _Convergence", "inference._drive",
+        "ssgp_ppl.inference.smc._label"], hits
 
 
 def test_guide_abilities_are_not_looked_up_with_getattr():
@@ -281,11 +282,13 @@ def test_no_import_loops():
 
 
 def test_the_loop_check_sees_a_package_init():
-    """``from ssgp_ppl.methods import common`` imports ``ssgp_ppl.methods`` (its ``__init__``)."""
-    mods = {"ssgp_ppl.methods", "ssgp_ppl.methods.common", "ssgp_ppl.x"}
-    tree = ast.parse("from ssgp_ppl.methods import common\n")
-    assert _imports("ssgp_ppl.x", tree, mods) == {"ssgp_ppl.methods", "ssgp_ppl.methods.common"}
-    assert _imports("ssgp_ppl.methods.svi", tree, mods) == {"ssgp_ppl.methods.common"}
+    """``from ssgp_ppl.inference.methods import common`` imports ``ssgp_ppl.inference.methods`` (its
+    ``__init__``)."""
+    mods = {"ssgp_ppl.inference.methods", "ssgp_ppl.inference.methods.common", "ssgp_ppl.x"}
+    tree = ast.parse("from ssgp_ppl.inference.methods import common\n")
+    assert _imports("ssgp_ppl.x", tree, mods) == {"ssgp_ppl.inference.methods",
+                                                  "ssgp_ppl.inference.methods.common"}
+    assert _imports("ssgp_ppl.inference.methods.svi", tree, mods) == {"ssgp_ppl.inference.methods.common"}
 
 
 MODULES = sorted(name for name, _, _ in _modules())
@@ -359,7 +362,7 @@ def test_every_public_module_declares_what_it_exports():
 
 def _guide_name_tests(tree: ast.AST, source: str) -> list[str]:
     """Comparisons with a registered guide's name, and ``startswith`` tests of a name's prefix."""
-    from ssgp_ppl.guides import GUIDES
+    from ssgp_ppl.model.guides import GUIDES
 
     names = set(GUIDES)
     found = []
@@ -383,7 +386,7 @@ def _guide_name_tests(tree: ast.AST, source: str) -> list[str]:
 
 
 def test_no_module_tests_a_guide_by_its_name():
-    """A guide's abilities are its class attributes and methods (ssgp_ppl.guides); no module
+    """A guide's abilities are its class attributes and methods (ssgp_ppl.model.guides); no module
     decides what a guide can do from its name."""
     offenders = _offenders(_guide_name_tests)
     assert not offenders, offenders

@@ -157,5 +157,5 @@ def test_mscan_memory_child_measures_one_fit():
     assert rec["peak_rss_mb"] >= rec["rss_before_fit_mb"] > 100  # Python, JAX and the data
     assert abs(rec["fit_mb"] - (rec["peak_rss_mb"] - rec["rss_before_fit_mb"])) < 0.2
     # 315 × 20 features, a 10-dimensional guide, and the prediction's working-set budget
-    from ssgp_ppl.predictive import PREDICT_BUDGET
+    from ssgp_ppl.model.predictive import PREDICT_BUDGET
     assert 0 < rec["estimate_mb"] - PREDICT_BUDGET / 2**20 < 50

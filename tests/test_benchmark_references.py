@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from ssgp_ppl.entry import load_entry
-from ssgp_ppl.inference import Batching, Schedule, batch_sampler, run_svi
-from ssgp_ppl.partitions import kmeans_partitions
+from ssgp_ppl.inference.partitions import kmeans_partitions
+from ssgp_ppl.inference.runners import Batching, Schedule, batch_sampler, run_svi
 
 _path = Path(__file__).resolve().parents[1] / "benchmarks" / "references.py"
 _spec = importlib.util.spec_from_file_location("benchmark_references", _path)
@@ -127,7 +127,7 @@ def test_hand_written_loss_and_gradient_match_the_package(name, x64):
 
 @pytest.mark.parametrize("kind", ["full", "uniform", "partitions"])
 def test_sampler_draws_run_svis_batches(kind):
-    """The reference's batch sampler is ssgp_ppl.inference.batch_sampler: same rows, same kw."""
+    """The reference's batch sampler is ssgp_ppl.inference.runners.batch_sampler: same rows, same kw."""
     x, y = jnp.arange(2.0 * N).reshape(N, 2), jnp.arange(1.0 * N)
     opts = {"full": {}, "uniform": {"batch_size": BATCH},
             "partitions": {"partitions": kmeans_partitions(np.asarray(x), N // 10, seed=0,

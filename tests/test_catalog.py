@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ssgp_ppl.datasets import load
+from ssgp_ppl.data.datasets import load
 from ssgp_ppl.entry import BUILTIN_CATALOG, SCHEMA, list_entries, load_entry
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.pipeline import fit
@@ -184,7 +184,7 @@ def test_overrides_short_and_dotted_keys():
 def test_a_density_is_accepted_for_what_it_can_do():
     """The non-centred auto guide of ssgp_svi takes a location-scale density (cauchy), not
     matern12; NCVMP (tan_va) takes only a Gaussian one; the spec holds the registered object."""
-    from ssgp_ppl import densities
+    from ssgp_ppl.model import densities
 
     e = load_entry("ssgp_svi").with_overrides(["spectral_density=cauchy"])
     assert e.spec(2).density is densities.CAUCHY

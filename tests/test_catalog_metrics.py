@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ssgp_ppl.datasets import load
+from ssgp_ppl.data.datasets import load
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.pipeline import fit, metrics_record
 

@@ -33,9 +33,9 @@ def test_readme_is_a_short_users_page():
 def test_toml_examples_are_valid_entries(page, densities, tmp_path):
     """Each TOML block loads (after the page's own density, likelihood and guide registrations,
     if any) and uses the density the page says."""
-    from ssgp_ppl.densities import DENSITIES
-    from ssgp_ppl.guides import GUIDES
-    from ssgp_ppl.likelihoods import LIKELIHOODS
+    from ssgp_ppl.model.densities import DENSITIES
+    from ssgp_ppl.model.guides import GUIDES
+    from ssgp_ppl.model.likelihoods import LIKELIHOODS
 
     text = (ROOT / page).read_text()
     blocks = re.findall(r"```toml\n(.+?)```", text, re.S)
@@ -44,7 +44,7 @@ def test_toml_examples_are_valid_entries(page, densities, tmp_path):
     before = dict(DENSITIES)
     guides_before, liks_before = set(GUIDES), set(LIKELIHOODS)
     for name, obj in before.items():  # a user density another test left registered
-        if type(obj).__module__ != "ssgp_ppl.densities":
+        if type(obj).__module__ != "ssgp_ppl.model.densities":
             DENSITIES.pop(name)
     try:
         for code in registers:
@@ -142,7 +142,7 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     for p in BUILTIN_CATALOG.glob("*.toml"):
         assert f'id="{p.stem}"' in catalog, p.stem
     assert "inference.svi" in catalog and "spectral_density" in catalog
-    from ssgp_ppl.densities import DENSITIES
+    from ssgp_ppl.model.densities import DENSITIES
 
     assert 'id="spectral-densities"' in catalog
     for name, density in DENSITIES.items():  # the registry's list, not a hand-typed one
@@ -182,7 +182,7 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
         e = load_entry(p.stem)
         assert f"<code>{p.stem}</code></a></td>\n<td>{e.use_when}" in page.replace("&amp;", "&"), p.stem
     # the gold page: every stored reference's verdict, and why the conditional entries have none
-    from ssgp_ppl import gold
+    from ssgp_ppl.diagnostics import gold
     from ssgp_ppl.entry import list_entries, load_entry
 
     page = (site / "results" / "gold" / "index.html").read_text()

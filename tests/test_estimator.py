@@ -12,7 +12,7 @@ from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 import ssgp_ppl  # noqa: E402
-from ssgp_ppl.datasets import load  # noqa: E402
+from ssgp_ppl.data.datasets import load  # noqa: E402
 
 SETTINGS = {"m": 8, "ml.steps": 300}
 

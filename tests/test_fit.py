@@ -10,11 +10,11 @@ from numpyro.infer import Trace_ELBO
 from numpyro.infer.autoguide import AutoNormal
 from scipy.special import ndtr
 
-from ssgp_ppl.datasets import from_arrays, load
+from ssgp_ppl.data.datasets import from_arrays, load
+from ssgp_ppl.diagnostics.metrics import nmse
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.inference import Batching, Schedule, run_svi
-from ssgp_ppl.metrics import nmse
+from ssgp_ppl.inference.runners import Batching, Schedule, run_svi
 from ssgp_ppl.pipeline import fit
 
 

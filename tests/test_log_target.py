@@ -17,9 +17,9 @@ from scipy.stats import lognorm
 
 import ssgp_ppl
 from ssgp_ppl.cli import main
-from ssgp_ppl.datasets import from_arrays, load
+from ssgp_ppl.data.datasets import from_arrays, load
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.predictive import predict_sites
+from ssgp_ppl.model.predictive import predict_sites
 
 SETTINGS = {"m": 5, "ml.steps": 200}
 

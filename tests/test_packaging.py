@@ -79,9 +79,9 @@ def test_wheel_installs_into_a_fresh_venv_and_works_from_any_directory(tmp_path)
     _sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp_path / "dist", ROOT)
     (wheel,) = (tmp_path / "dist").glob("ssgp_ppl-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    shipped = {n.rsplit("/", 1)[-1] for n in names if n.startswith("ssgp_ppl/models/")}
+    shipped = {n.rsplit("/", 1)[-1] for n in names if n.startswith("models/")}
     assert shipped == {p.name for p in BUILTIN_CATALOG.glob("*.toml")}
-    assert "ssgp_ppl/data/pendulum.csv.gz" in names
+    assert "ssgp_ppl/data/bundled/pendulum.csv.gz" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
     venv = tmp_path / "venv"

@@ -77,11 +77,12 @@ def test_an_entry_point_must_agree_with_the_component_name(on_path):
 def test_an_installed_spectral_density_joins_the_catalog_s_choices(on_path, monkeypatch):
     """A SpectralDensity subclass named by an entry point in ssgp_ppl.densities is instantiated,
     registered after the built-in ones, and accepted by the catalog's model.spectral_density."""
-    from ssgp_ppl import densities, entry
+    from ssgp_ppl import entry
+    from ssgp_ppl.model import densities
 
     _distribution(on_path, "ssgp_ppl.densities", "laplace = plugmod:Laplace", """
         import numpyro.distributions as dist
-        from ssgp_ppl.densities import SpectralDensity
+        from ssgp_ppl.model.densities import SpectralDensity
 
         class Laplace(SpectralDensity):
             name = "laplace"
@@ -99,10 +100,10 @@ def test_an_installed_spectral_density_joins_the_catalog_s_choices(on_path, monk
 def test_an_installed_guide_class_is_registered_as_the_class(on_path):
     """The guide registry holds classes (instances of GuideType): an entry point naming a guide
     class registers that class, not an instance of it."""
-    from ssgp_ppl.guides import AutoMVNGuide, GuideType
+    from ssgp_ppl.model.guides import AutoMVNGuide, GuideType
 
     _distribution(on_path, "ssgp_ppl.guides", "flat = plugmod:FlatGuide", """
-        from ssgp_ppl.guides import Guide
+        from ssgp_ppl.model.guides import Guide
 
         class FlatGuide(Guide):
             name = "flat"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ssgp_ppl.datasets import load
+from ssgp_ppl.data.datasets import load
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.pipeline import fit
@@ -103,7 +103,7 @@ def _write_table(path, names, sep, values, bom):
 def _loads_exactly_or_refuses(table, folder) -> bool:
     """Through ``load``: either the data come back exactly (inputs and target, names as written,
     every row once: True) or one SSGPError line says why (False); never a silently changed table."""
-    from ssgp_ppl.datasets import load
+    from ssgp_ppl.data.datasets import load
 
     names, sep, values, bom = table
     suffix = {",": ".csv", "\t": ".tsv", ";": ".csv"}[sep]

@@ -83,7 +83,7 @@ def test_compare_report_sections(pendulum, tmp_path):
     assert table.count("no PSIS-LOO: a mixture of 2 paths") == 2
     assert svi["loo_missing"].startswith("a mixture of 2 paths")
     # each record's PIT reading is the reading of its saved test PIT values
-    from ssgp_ppl.calibration import pit_reading
+    from ssgp_ppl.diagnostics.calibration import pit_reading
 
     for rec, method in zip(saved["methods"], ("svi-one-path", "svi", "smc", "smc-chains-stacked"),
                            strict=True):
@@ -96,7 +96,7 @@ def test_pit_reading_names_calibration_and_its_failures():
     """Known predictives of N(0, 1) targets: right, too wide, too narrow, shifted up / down."""
     from scipy.stats import norm
 
-    from ssgp_ppl.calibration import pit_reading
+    from ssgp_ppl.diagnostics.calibration import pit_reading
 
     y = np.random.default_rng(0).standard_normal(400)
     cases = {(1, 0): "calibrated", (2, 0): "over-dispersed", (0.5, 0): "under-dispersed",

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from ssgp_ppl.cli import main
-from ssgp_ppl.datasets import load
+from ssgp_ppl.data.datasets import load
 from ssgp_ppl.errors import SSGPError
 
 
@@ -302,8 +302,8 @@ def test_a_checkpoint_header_claiming_a_huge_array_is_refused(tmp_path):
     import io as _io
     import zipfile
 
-    from ssgp_ppl.checkpoint import Checkpoint
-    from ssgp_ppl.checkpoint import load as load_checkpoint
+    from ssgp_ppl.runtime.checkpoint import Checkpoint
+    from ssgp_ppl.runtime.checkpoint import load as load_checkpoint
 
     path = tmp_path / "checkpoint.npz"
     header = _io.BytesIO()

@@ -1,0 +1,273 @@
+"""Simulation-based calibration: ranks, the uniformity reading (which passes for exact posterior
+draws and fails for an over-confident or too wide one), vmapped batches against one-by-one runs,
+one compiled program for every batch, the CLI, and resuming."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from ssgp_ppl.cli import main
+from ssgp_ppl.diagnostics import sbc
+
+L = 99
+TINY = ("m=3", "ncvmp.max_iter=30", "ncvmp.restarts=1")
+
+
+def _linear_sbc(scale: float, sims: int = 400, seed: int = 3) -> np.ndarray:
+    """Ranks (sims, p) of β̃ in a conjugate Bayesian linear model y = Xβ + ε, β ~ N(0, I),
+    ε ~ N(0, I): L draws of the exact posterior N(μ, Σ) with their spread times ``scale``."""
+    rng = np.random.default_rng(seed)
+    n, p = 12, 2
+    x = rng.normal(size=(n, p))
+    cov = np.linalg.inv(x.T @ x + np.eye(p))
+    chol = np.linalg.cholesky(cov)
+    out = np.empty((sims, p))
+    for i in range(sims):
+        beta = rng.normal(size=p)
+        y = x @ beta + rng.normal(size=n)
+        mean = cov @ x.T @ y
+        draws = mean + scale * rng.normal(size=(L, p)) @ chol.T
+        out[i] = sbc.ranks(draws, beta, rng)
+    return out
+
+
+def test_exact_posterior_draws_read_calibrated():
+    r = _linear_sbc(1.0)
+    for j in range(r.shape[1]):
+        rd = sbc.reading(r[:, j], L)
+        assert rd.verdict.startswith("calibrated") and rd.shape == "calibrated", rd.verdict
+        assert rd.chi2_p > 0.05 and rd.outside == 0.0
+
+
+def test_an_over_confident_posterior_reads_under_dispersed():
+    r = _linear_sbc(0.5)
+    for j in range(r.shape[1]):
+        rd = sbc.reading(r[:, j], L)
+        assert rd.shape == "under-dispersed" and "over-confident" in rd.verdict, rd.verdict
+        assert rd.chi2_p < 1e-6
+        # ranks at both ends: far more than the 2/(L+1) share of the two extreme ranks each
+        assert np.mean((r[:, j] == 0) | (r[:, j] == L)) > 0.08
+
+
+def test_a_too_wide_posterior_reads_over_dispersed_and_a_shifted_one_biased():
+    wide = _linear_sbc(2.0)
+    assert sbc.reading(wide[:, 0], L).shape == "over-dispersed"
+    rng = np.random.default_rng(0)
+    truth = rng.normal(size=300)
+    high = truth[:, None] + 0.5 + rng.normal(size=(300, L))  # draws above the truth
+    r = sbc.ranks(high[..., None], truth[:, None], rng)[:, 0]
+    rd = sbc.reading(r, L)
+    assert rd.shape == "biased high" and "posterior above the truth" in rd.verdict
+    rd = sbc.reading(L - r, L)  # mirrored: the posterior below the truth
+    assert rd.shape == "biased low" and "posterior below the truth" in rd.verdict
+
+
+def test_ranks_count_the_draws_below_and_split_ties():
+    rng = np.random.default_rng(1)
+    draws = rng.integers(0, 5, size=(50, 20, 3)).astype(float)
+    truth = rng.integers(0, 5, size=(50, 3)).astype(float)
+    r = sbc.ranks(draws, truth, np.random.default_rng(2))
+    for i in range(50):
+        for q in range(3):
+            below = sum(d < truth[i, q] for d in draws[i, :, q])
+            equal = sum(d == truth[i, q] for d in draws[i, :, q])
+            assert below <= r[i, q] <= below + equal
+    cont = rng.normal(size=(30, 20, 2))
+    t = rng.normal(size=(30, 2))
+    brute = np.array([[sum(cont[i, k, q] < t[i, q] for k in range(20)) for q in range(2)]
+                      for i in range(30)])
+    np.testing.assert_array_equal(sbc.ranks(cont, t), brute)
+    draws[0, 3, 1] = np.nan
+    assert np.isnan(sbc.ranks(draws, truth)[0, 1])
+
+
+def test_chi2_p_of_uniform_and_piled_ranks():
+    flat = np.tile(np.arange(L + 1), 4).astype(float)
+    assert sbc.chi2_p(flat, L) == pytest.approx(1.0)
+    assert sbc.chi2_p(np.zeros(400), L) < 1e-50
+
+
+@pytest.fixture(scope="module")
+def tan_design():
+    return sbc.design("tan_va", "pendulum", rows=12, settings=TINY)
+
+
+def test_simulations_draw_the_prior_on_the_design_points(tan_design):
+    des = tan_design
+    assert des.x.shape == (12, 9) and np.all(np.abs(des.x) <= 1.0 + 1e-6)  # minmax inputs
+    a, b = sbc.simulate(des, 5, seed=4), sbc.simulate(des, 3, seed=4)
+    np.testing.assert_array_equal(a["y"][:3], b["y"])  # simulation i depends on (seed, i) alone
+    assert a["y"].shape == (5, 12) and a["nuisance"].shape == (5, 6)
+    phase = 2 * np.pi * np.einsum("nd,smd->snm", des.x, a["frequencies"])
+    f = (np.cos(phase) * a["nuisance"][:, None, 0::2]).sum(-1) + \
+        (np.sin(phase) * a["nuisance"][:, None, 1::2]).sum(-1)
+    np.testing.assert_allclose(f, a["f"], rtol=1e-4, atol=1e-4)
+    names, q = sbc.quantities(des.spec, des.x, {k: v[:, None] for k, v in a.items()}, a["y"])
+    assert q.shape == (5, 1, len(names)) and names[-1] == "log_likelihood"
+    # the log-likelihood quantity is log p(y | f, σ_n) of the simulated data
+    resid = a["y"] - a["f"]
+    ll = (-0.5 * resid**2 / a["noise"][:, None] ** 2 - np.log(a["noise"][:, None])
+          - 0.5 * np.log(2 * np.pi)).sum(1)
+    np.testing.assert_allclose(q[:, 0, -1], ll, rtol=1e-4)
+
+
+def test_a_vmapped_batch_equals_its_simulations_one_by_one_and_compiles_once(tan_design):
+    des = tan_design
+    truth = sbc.simulate(des, 3, seed=1)
+    keys = sbc.sim_keys(1, np.arange(3))
+    prog = sbc.METHODS["ncvmp"].program(des, 19)
+    together = prog(truth["y"], keys)
+    again = prog(truth["y"][::-1].copy(), keys[::-1])  # another batch: the same program
+    assert prog.compiled() == {"ncvmp": 1}
+    one = sbc.METHODS["ncvmp"].program(des, 19)
+    for i in range(3):
+        alone = one(truth["y"][i:i + 1], keys[i:i + 1])
+        for k, v in together.sites.items():  # float32: rounding differs under vmap
+            np.testing.assert_allclose(v[i], alone.sites[k][0], rtol=5e-3, atol=5e-4)
+            np.testing.assert_allclose(again.sites[k][2 - i], v[i], rtol=5e-3, atol=5e-4)
+        assert together.y_centre[i] == pytest.approx(truth["y"][i].mean(), rel=1e-5)
+
+
+def test_the_reference_batch_is_each_simulations_smc_run_and_compiles_once(x64):
+    """The reference (ssgp_ppl.inference.smc's tempered_smc_program vmapped over the simulations' ỹ): a batch
+    of two gives each simulation the draws a batch of it alone gives (float64, to rounding), a
+    second batch reuses the compiled programs, and the draws are L of the particles, each
+    simulation its own posterior (its ỹ read: the draws differ between simulations)."""
+    des = sbc.design("tan_va", "pendulum", rows=10,
+                     settings=("m=2", "smc.particles=32", "smc.mcmc_steps=2",
+                               "smc.integration_steps=4"))
+    truth = sbc.simulate(des, 2, seed=3)
+    keys = sbc.sim_keys(3, np.arange(2))
+    prog = sbc.METHODS["reference"].program(des, 9)
+    together = prog(truth["y"], keys)
+    prog(truth["y"][::-1].copy(), keys[::-1])
+    assert prog.compiled() == {"smc": 1, "posterior": 1}
+    assert not together.failed.any() and together.sites["frequencies"].shape == (2, 9, 2, 9)
+    alone = prog(truth["y"][1:], keys[1:])  # a batch of one: its own compilation
+    for k, v in together.sites.items():
+        np.testing.assert_allclose(v[1], alone.sites[k][0], rtol=1e-7, atol=1e-9)
+    assert not np.allclose(together.sites["noise"][0], together.sites["noise"][1])
+
+
+def test_vi_batches_reuse_one_compiled_chunk():
+    des = sbc.design("svbssgp", "pendulum", rows=10, settings=("m=2", "svi.steps=50",
+                                                               "svi.chunk=25", "svi.min_steps=0"))
+    truth = sbc.simulate(des, 4, seed=2)
+    prog = sbc.METHODS["vi"].program(des, 9)
+    first = prog(truth["y"][:2], sbc.sim_keys(2, np.arange(2)))
+    prog(truth["y"][2:], sbc.sim_keys(2, np.arange(2, 4)))
+    assert prog.compiled() == {"chunk": 1, "posterior": 1}
+    alone = sbc.METHODS["vi"].program(des, 9)(truth["y"][:1], sbc.sim_keys(2, np.arange(1)))
+    np.testing.assert_allclose(first.sites["frequencies"][0], alone.sites["frequencies"][0],
+                               rtol=1e-3, atol=1e-4)
+
+
+def test_stacked_vi_batches_fit_each_simulations_paths_in_one_compiled_chunk():
+    """vi_stacked: a batch's simulations × K paths as one vmapped fit (each simulation's paths
+    started at its screened starts), stacked per simulation: weights on the simplex, L draws,
+    and a second batch reuses the compiled chunk, posterior and screen."""
+    des = sbc.design("ssgp_svi", "pendulum", rows=10,
+                     settings=("m=2", "svi.steps=50", "svi.chunk=25", "svi.min_steps=0",
+                               "svi.paths=3"))
+    truth = sbc.simulate(des, 4, seed=6)
+    prog = sbc.METHODS["vi_stacked"].program(des, 29)  # enough draws for each path's PSIS-LOO
+    first = prog(truth["y"][:2], sbc.sim_keys(6, np.arange(2)))
+    prog(truth["y"][2:], sbc.sim_keys(6, np.arange(2, 4)))
+    assert prog.compiled() == {"chunk": 1, "posterior": 1, "screen": 1}
+    assert first.weights.shape == (2, 3) and np.all(first.weights >= 0)
+    np.testing.assert_allclose(first.weights.sum(axis=1), 1.0, rtol=1e-6)
+    assert first.sites["frequencies"].shape == (2, 29, 2, 9) and not first.failed.any()
+    assert np.all(np.isfinite(first.sites["noise"]))
+
+
+def test_resume_after_an_interruption_gives_the_uninterrupted_result(tmp_path):
+    kw = dict(sims=4, methods_=["ncvmp"], rows=12, draws=19, settings=TINY, batch=2,
+              progress=False, seed=5)
+    whole = sbc.run("tan_va", "pendulum", out=None, **kw)
+
+    def stop(b):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sbc.run("tan_va", "pendulum", out=tmp_path / "b", callback=stop, **kw)
+    assert (tmp_path / "b" / sbc.CHECKPOINT).exists()
+    with pytest.raises(Exception, match="--resume"):
+        sbc.run("tan_va", "pendulum", out=tmp_path / "b", **kw)
+    resumed = sbc.run("tan_va", "pendulum", out=tmp_path / "b", resume=True, **kw)
+    np.testing.assert_array_equal(np.asarray(whole.tree["ranks"]["rank"]),
+                                  np.asarray(resumed.tree["ranks"]["rank"]))
+    assert resumed.done == 4
+    assert [r["verdict"] for r in whole.summary] == [r["verdict"] for r in resumed.summary]
+    report = tmp_path / "report.html"  # compare --sbc: the section goes into the report
+    report.write_text("<html><body><h1>comparison</h1></body></html>")
+    sbc.add_to_report(report, whole)
+    text = report.read_text()
+    assert text.index("<h1>comparison") < text.index("Simulation-based calibration") < \
+        text.index("data:image/png;base64,") < text.index("</body>")
+    quantities = list(whole.tree["ranks"]["quantity"].values)
+    assert "4 of 4 simulations" in text and text.count("<tr>") == 1 + len(quantities)
+    ok = sum(r["calibrated"] for r in whole.summary)
+    assert f"<b>ncvmp</b>: {ok} of {len(quantities)} quantities calibrated" in text
+    assert text.count("(χ² p ") == 0  # under 10 simulations there is no χ² test
+    shapes = [r["shape"] for r in whole.summary]
+    assert sum(text.count(f">{shape}</td>") for shape in set(shapes)) == len(shapes)
+    assert "With 4 simulations a reading catches gross miscalibration only" in text
+    back = sbc.load(tmp_path / "b")  # what a comparison reads back
+    assert [r["verdict"] for r in back.summary] == [r["verdict"] for r in resumed.summary]
+    assert back.done == back.sims == 4
+    with pytest.raises(Exception, match="another SBC run"):
+        sbc.run("tan_va", "pendulum", out=tmp_path / "b", resume=True, **{**kw, "seed": 6})
+
+
+def test_cli_bad_input_is_one_line_and_a_tiny_run_writes_its_datatree(tmp_path, capsys):
+    assert main(["sbc", "ssgp", "--sims", "2", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ssgp-ppl: error:") and "latent" in err[0]
+    assert main(["sbc", "tan_va", "--sims", "2", "--methods", "vi", "--out",
+                 str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not apply" in err[0]
+    out = tmp_path / "z"
+    args = ["sbc", "tan_va", "--sims", "3", "--methods", "ncvmp", "--rows", "12", "--draws",
+            "19", "--batch", "2", "--seed", "5", "--no-progress", "--out", str(out)]
+    for s in TINY:
+        args += ["--set", s]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "ncvmp:" in printed and "log_likelihood" in printed
+    dt = xr.open_datatree(out / sbc.TREE)
+    r = np.asarray(dt["ranks"]["rank"])
+    assert r.shape[:2] == (1, 3) and np.all((r >= 0) & (r <= 19))
+    assert dt.attrs["entry"] == "tan_va" and dt.attrs["sims_done"] == 3
+    assert (out / sbc.FIGURE).stat().st_size > 1000
+
+
+def test_compare_with_sbc_exposes_the_result_and_writes_its_section(tmp_path):
+    """ssgp_ppl.compare(sbc=N) at tiny size: SBC on the comparison's training inputs (its first
+    80 rows at small size, 40 of them the design) with the comparison's overrides on top of SBC's
+    small defaults, its section once in the report, and the result on the Comparison, also when
+    read back from the folder."""
+    import ssgp_ppl
+    from ssgp_ppl.errors import SSGPError
+
+    tiny = ["m=2", "smc.particles=100", "smc.mcmc_steps=2", "smc.integration_steps=4",
+            "ncvmp.restarts=1", "ncvmp.max_iter=30"]
+    out = tmp_path / "c"
+    cmp = ssgp_ppl.compare("tan_va", data="pendulum", out=out, small=True, steps=30, samples=30,
+                           chains=2, settings=tiny, sbc=3, seed=2, progress=False)
+    res = cmp.sbc
+    assert res.done == res.sims == 3
+    t = res.tree
+    assert (t.attrs["entry"], t.attrs["data"], t.attrs["m"], t.attrs["rows"]) == (
+        "tan_va", "pendulum", 2, 40)
+    assert list(t["ranks"]["method"].values) == ["ncvmp", "reference"]
+    r = np.asarray(t["ranks"]["rank"])
+    assert r.shape == (2, 3, len(t["ranks"]["quantity"])) and np.all((r >= 0) & (r <= sbc.DRAWS))
+    text = cmp.report.read_text()
+    assert text.count("<h2>Simulation-based calibration</h2>") == 1
+    assert "3 of 3 simulations on 40 design points of pendulum" in text
+    back = ssgp_ppl.load_comparison(out).sbc
+    np.testing.assert_array_equal(np.asarray(back.tree["ranks"]["rank"]), r)
+    assert (out / sbc.COMPARISON_FOLDER / sbc.FIGURE).is_file()
+    with pytest.raises(SSGPError, match="sbc must be a positive integer"):
+        ssgp_ppl.compare("tan_va", data="pendulum", out=tmp_path / "d", sbc=0)
