@@ -1,5 +1,6 @@
 """The model catalog: one declarative TOML file per entry, in the built-in catalog
-(``models/``, shipped with the package) and in any user catalog directory.
+(:data:`BUILTIN_CATALOG`: the repository's ``models/``, shipped in the wheel) and in any user
+catalog directory.
 
 :func:`load_entry` reads and validates a file; every problem is one :class:`SSGPError` naming the
 file and the dotted key. :meth:`CatalogEntry.spec` builds the :class:`~ssgp_ppl.model.ssgp.SSGPSpec`,
@@ -130,7 +131,10 @@ def schema(raw: dict | None = None, src: str = "") -> dict:
 SCHEMA = schema()  # the built-in methods' catalog format
 
 
-BUILTIN_CATALOG = Path(__file__).resolve().parents[1] / "models"
+# the built-in catalog: a wheel carries it inside the package (setup.py copies the repository's
+# models/ there); a source tree and an editable install read models/ itself
+_PACKAGE = Path(__file__).resolve().parent
+BUILTIN_CATALOG = _PACKAGE / "catalog" if (_PACKAGE / "catalog").is_dir() else _PACKAGE.parent / "models"
 CATALOG_ENV = "SSGP_PPL_MODELS"  # user catalog directories, separated by os.pathsep
 _user_catalogs: list[Path] = []
 

@@ -1,6 +1,8 @@
-"""The package as a user installs it: a wheel built from this tree carries the catalog, the
-bundled data and the licence, installs into a fresh virtual environment and works from any
-directory (``ssgp-ppl --version``, ``models``, a short fit of a CSV file).
+"""The package as a user installs it: a wheel built from this tree carries the built-in catalog
+(the repository's ``models/``, as ``ssgp_ppl/catalog/``), this tree's modules, the bundled data
+and the licence, installs into a fresh virtual environment and works from any directory
+(``ssgp-ppl --version``, ``models`` listing and loading every entry, a short fit of a CSV
+file).
 
 The fresh environment gets the wheel's declared dependencies without a download: the
 distributions that its ``Requires-Dist`` (with their own requirements, extras and markers) name
@@ -18,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 import ssgp_ppl
-from ssgp_ppl.entry import BUILTIN_CATALOG
 
 ROOT = Path(__file__).resolve().parent.parent
+CATALOG = ROOT / "models"
 
 
 def _sh(*cmd, cwd=None, timeout=900, pip_isolated=False):
@@ -78,9 +80,14 @@ def _link_dependencies(wheel: Path, folder: Path) -> None:
 def test_wheel_installs_into_a_fresh_venv_and_works_from_any_directory(tmp_path):
     _sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp_path / "dist", ROOT)
     (wheel,) = (tmp_path / "dist").glob("ssgp_ppl-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    shipped = {n.rsplit("/", 1)[-1] for n in names if n.startswith("models/")}
-    assert shipped == {p.name for p in BUILTIN_CATALOG.glob("*.toml")}
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        shipped = {n.removeprefix("ssgp_ppl/catalog/"): z.read(n) for n in names
+                   if n.startswith("ssgp_ppl/catalog/")}
+    entries = {p.name: p.read_bytes() for p in CATALOG.glob("*.toml")}
+    assert len(entries) >= 10 and shipped == entries  # every entry, as this tree has it
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "ssgp_ppl").rglob("*.py")}
+    assert {n for n in names if n.endswith(".py")} == modules  # none an earlier build left
     assert "ssgp_ppl/data/bundled/pendulum.csv.gz" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
@@ -95,9 +102,12 @@ def test_wheel_installs_into_a_fresh_venv_and_works_from_any_directory(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     assert _sh(exe, "--version", cwd=elsewhere).stdout.split() == ["ssgp-ppl", ssgp_ppl.__version__]
-    listed = json.loads(_sh(exe, "models", "--json", cwd=elsewhere).stdout)
-    assert sorted(r["name"] for r in listed) == sorted(p.stem for p in BUILTIN_CATALOG.glob("*.toml"))
-    assert all(str(venv) in r["file"] for r in listed)  # the installed copy, not this tree's
+    # every entry loads (an entry that does not is a warning and missing from the list)
+    r = _sh(exe, "models", "--json", cwd=elsewhere)
+    listed = json.loads(r.stdout)
+    assert sorted(x["name"] for x in listed) == sorted(p.stem for p in CATALOG.glob("*.toml"))
+    assert "warning" not in r.stderr.lower(), r.stderr[-2000:]
+    assert all(str(venv) in x["file"] for x in listed)  # the installed copy, not this tree's
 
     rng = np.random.default_rng(0)
     x = rng.uniform(-2, 2, (120, 2))
