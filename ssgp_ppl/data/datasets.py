@@ -6,11 +6,13 @@ raw units with :meth:`Scaler.inverse` / :meth:`Scaler.inverse_std`). With ``log_
 positive target is modelled on its logarithm: the y scaler standardises log y and its
 :meth:`~Scaler.inverse` maps back with exp, so every method fits log y without knowing it.
 
-Two small sets are bundled with the package (``pendulum``, ``autompg``); the others are read
-from a read-only data directory (see :func:`default_data_dir`), and any CSV / TSV / TXT /
-Parquet file with a header can be loaded by path. ``split`` ``K`` seeds
-``np.random.default_rng(K)`` for the permutation (or picks mask column ``K`` where the data ship
-test masks), so every split is reproducible.
+The named sets are in :mod:`ssgp_ppl.data.registry` (each with its reader, split protocol and
+aliases): two small ones are bundled with the package (``pendulum``, ``autompg``), the others are
+read from a read-only data directory (see :func:`~ssgp_ppl.data.registry.default_data_dir`); any
+CSV / TSV / TXT / Parquet file with a header can be loaded by path
+(:mod:`ssgp_ppl.data.readers`). ``split`` ``K`` seeds ``np.random.default_rng(K)`` for the
+permutation (or picks mask column ``K`` where the data ship test masks), so every split is
+reproducible.
 """
 
 from __future__ import annotations
@@ -127,17 +129,19 @@ def load(
     test: str | Path | pd.DataFrame | None = None,
     log_target: bool = False,
 ) -> Dataset:
-    """Load a named data set (see :data:`KNOWN`) or a data file, split and standardise it.
+    """Load a named data set (see :data:`~ssgp_ppl.data.registry.KNOWN`) or a data file, split
+    and standardise it.
 
     Parameters
     ----------
     name_or_path
-        A name from :func:`known_datasets`, or a path to a ``.csv``, ``.csv.gz``,
-        ``.tsv``, ``.txt`` or ``.parquet`` file with a header row.
+        A name from :func:`~ssgp_ppl.data.registry.known_datasets`, or a path to a
+        ``.csv``, ``.csv.gz``, ``.tsv``, ``.txt`` or ``.parquet`` file with a header row.
     split
         Split index ``K``; seeds ``np.random.default_rng(K)`` or picks test-mask column K.
     data_dir
-        Directory holding the shared data (default :func:`default_data_dir`).
+        Directory holding the shared data (default
+        :func:`~ssgp_ppl.data.registry.default_data_dir`).
     target
         Target column of a data file (default: the last column).
     subsample
@@ -212,9 +216,7 @@ def load(
             raise SSGPError(f"{what} applies to data files and DataFrames, not to the data set "
                             f"'{key}'")
         name = key
-        x, y, feats, tname, split_spec = load_named(
-            name, split, data_dir, subsample, test_fraction
-        )
+        x, y, feats, tname, split_spec = load_named(name, split, data_dir, test_fraction)
         if target is not None and target != tname:
             raise SSGPError(
                 f"target {target!r} cannot be chosen for data set '{name}' (its target is "
