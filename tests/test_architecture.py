@@ -1,7 +1,8 @@
-"""The package's shape: only the method registry compares method names, only the densities
-module knows spectral densities by name or class, guide abilities are methods (no getattr/hasattr
-lookups), no module uses another's private names, and no module imports another that imports it
-back."""
+"""The package's shape: every module in its role's package or among the top-level ones, the role
+packages' own modules empty, the data package independent of the model; only the method registry
+compares method names, only the densities module knows spectral densities by name or class, guide
+abilities are methods (no getattr/hasattr lookups), no module uses another's private names, and no
+module imports another that imports it back."""
 
 import ast
 import re
@@ -15,6 +16,11 @@ from ssgp_ppl.model import densities, guides, likelihoods
 PACKAGE = Path(__file__).resolve().parent.parent / "ssgp_ppl"
 ABILITIES = {"nuisance_conditional", "conditional_and_marginal", "own_objective", "elbo",
              "components", "gaussian_nuisance"}
+# the layout (docs/development/layout.md): a package per role, and at the top what a user calls
+# and what every role shares
+ROLES = ("model", "inference", "diagnostics", "data", "runtime")
+TOP = {"__init__", "api", "cli", "entry", "errors", "estimator", "moved", "pipeline", "plugins",
+       "posterior", "report", "settings"}
 
 
 def _modules():
@@ -260,6 +266,35 @@ def _imports(name: str, tree: ast.AST, modules) -> set[str]:
     # importing a.b.c first runs the package a.b's __init__ (unless name is inside a.b already)
     parents = {".".join(m.split(".")[:i]) for m in out for i in range(2, m.count(".") + 1)}
     return out | {p for p in parents if p in modules and not name.startswith(p + ".")}
+
+
+def test_every_module_has_its_place_in_the_layout():
+    """A new module goes into its role's package; the top level keeps the package's front."""
+    top = {p.stem for p in PACKAGE.glob("*.py")}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert top == TOP, sorted(top ^ TOP)
+    assert packages == set(ROLES), sorted(packages ^ set(ROLES))
+
+
+def test_the_role_packages_import_nothing():
+    """``import ssgp_ppl.model.x`` runs ``ssgp_ppl/model/__init__.py`` first: each role package's
+    own module is a docstring and an empty ``__all__``, so importing one module never imports
+    its siblings (no cost, no loop)."""
+    for role in ROLES:
+        tree = ast.parse((PACKAGE / role / "__init__.py").read_text())
+        assert [type(n).__name__ for n in tree.body] == ["Expr", "AnnAssign"], role
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)], role
+
+
+def test_the_data_package_does_not_know_the_model():
+    """Reading, checking and splitting data needs no model, inference or diagnostics: ``data/``
+    imports from the package only itself, the errors and the atomic writes."""
+    allowed = {"ssgp_ppl.errors", "ssgp_ppl.runtime", "ssgp_ppl.runtime.io"}
+    mods = {name: tree for name, _, tree in _modules()}
+    offenders = {name: sorted(m for m in _imports(name, tree, mods)
+                              if m not in allowed and not m.startswith("ssgp_ppl.data"))
+                 for name, tree in mods.items() if name.startswith("ssgp_ppl.data")}
+    assert not any(offenders.values()), offenders
 
 
 def test_no_import_loops():
