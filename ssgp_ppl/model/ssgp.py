@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -29,6 +30,24 @@ from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.model import densities, spectral
 from ssgp_ppl.model.densities import SpectralDensity
 from ssgp_ppl.model.linalg import cholesky
+
+
+def bind_numpyro_submodules() -> None:
+    """Bind every loaded ``numpyro.*`` submodule to its parent package where the attribute is
+    missing. ``arviz_base`` loads numpyro through ``lazy_loader``; when it is imported before
+    numpyro (``import arviz_base`` first in a notebook, or a test module), numpyro's packages lack
+    their submodule attributes and ``numpyro.factor`` fails on
+    ``numpyro.distributions.distribution.Unit``. Run when this module is imported: every fit goes
+    through the model."""
+    for name, module in list(sys.modules.items()):
+        parent, _, child = name.rpartition(".")
+        if name.startswith("numpyro.") and module is not None and parent in sys.modules:
+            if child not in vars(sys.modules[parent]):
+                setattr(sys.modules[parent], child, module)
+
+
+bind_numpyro_submodules()
+
 
 ROLES = ("learned", "fixed", "prior")
 PRIORS = ("half_cauchy", "half_normal", "lognormal", "normal")

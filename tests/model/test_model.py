@@ -467,3 +467,20 @@ def test_marginalized_model_rejects_minibatches(pendulum):
     spec = _spec("scaled", "marginalized", "learned")
     with pytest.raises(SSGPError, match="no minibatches"):
         _trace(spec, x, y, n_total=315)
+
+
+def test_numpyro_factor_works_when_arviz_base_was_imported_before_numpyro():
+    # arviz_base loads numpyro lazily; imported first it leaves numpyro's packages without their
+    # submodule attributes, and numpyro.factor (the model's log-det terms) raised AttributeError
+    import subprocess
+    import sys
+
+    code = ("import arviz_base\n"
+            "import numpyro\n"
+            "from numpyro import handlers\n"
+            "from ssgp_ppl.model import ssgp\n"
+            "tr = handlers.trace(lambda: numpyro.factor('a', 1.5)).get_trace()\n"
+            "print(float(tr['a']['fn'].log_prob(0.0)))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert float(r.stdout.split()[-1]) == 1.5
