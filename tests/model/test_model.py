@@ -476,6 +476,7 @@ def test_numpyro_factor_works_when_arviz_base_was_imported_before_numpyro():
     import sys
 
     code = ("import arviz_base\n"
+            "import numpyro.distributions\n"
             "import numpyro\n"
             "from numpyro import handlers\n"
             "from ssgp_ppl.model import ssgp\n"
