@@ -394,35 +394,49 @@ def _modes_plot(records: list[dict], ref_label: str) -> str | None:
     return None if fig is None else _png(fig)
 
 
+MODES_COLUMNS = 2  # panels a row of the modes figure: legible at the docs site's width
+MODES_FONT = 12  # its titles and axis labels (ticks one point smaller)
+
+
 def modes_figure(records: list[dict], ref_label: str = ""):
     """The modes panel of a comparison's records (``comparison.json``'s ``methods``): each path
     of a multi-path fit (weight; LOO log score) and each mode of the reference (share of chains;
-    mean log density). A matplotlib figure, or None when there is neither."""
+    mean log density), at most MODES_COLUMNS panels a row. A matplotlib figure, or None when there
+    is neither."""
     import matplotlib.pyplot as plt
 
     panels = [(r["method"], r["paths"]) for r in records if "paths" in r]
     panels += [(ref_label or r["method"], r["reference"]) for r in records if "reference" in r]
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.4), squeeze=False)
-    for ax, (label, d) in zip(axes[0], panels, strict=True):
+    cols = min(len(panels), MODES_COLUMNS)
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.6 * rows), squeeze=False,
+                             layout="constrained")
+    for ax, (label, d) in zip(axes.flat, panels, strict=False):
         if "weights" in d:  # paths
             w, score, what = d["weights"], d["loo"], "LOO log score"
-            ax.set_xlabel("path")
-            ax.set_title(f"{label}: {len(w)} paths, {d['combine']}", fontsize=9)
+            ax.set_xlabel("path", fontsize=MODES_FONT)
+            title = f"{label}: {len(w)} path{'' if len(w) == 1 else 's'}, {d['combine']}"
         else:  # reference modes
             w, score, what = d["mode_weights"], d["mode_log_density"], "mean log density"
-            ax.set_xlabel("mode (chains grouped by two-chain R-hat)")
-            ax.set_title(f"{label}: {d['modes']} modes", fontsize=9)
+            ax.set_xlabel("mode (chains grouped by two-chain R-hat)", fontsize=MODES_FONT)
+            title = f"{label}: {d['modes']} mode{'' if d['modes'] == 1 else 's'}"
+        # a gold reference's label is long: wrapped to the panel, not run into its neighbour
+        ax.set_title("\n".join(textwrap.wrap(title, 56)), fontsize=MODES_FONT)
         k = np.arange(len(w))
         ax.bar(k, w, color="tab:blue", alpha=0.7)
-        ax.set_ylabel("weight", color="tab:blue")
+        ax.set_ylabel("weight (bars)", color="tab:blue", fontsize=MODES_FONT)
         ax.set_ylim(0, 1)
         ax.set_xticks(k)
+        ax.tick_params(labelsize=MODES_FONT - 1)
         twin = ax.twinx()
-        twin.plot(k, score, "o", color="tab:red")
-        twin.set_ylabel(what, color="tab:red")
-    fig.tight_layout()
+        twin.plot(k, score, "o", ms=8, color="tab:red")
+        twin.set_ylabel(f"{what} (dots)", color="tab:red", fontsize=MODES_FONT)
+        twin.tick_params(labelsize=MODES_FONT - 1)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    fig.get_layout_engine().set(wspace=0.08, hspace=0.06)  # a panel's right label, the next's left
     return fig
 
 

@@ -170,3 +170,46 @@ def test_compare_own_data_names_its_columns(tmp_path):
     assert comp.to_dict()["summary"][1].startswith(
         f"Best test predictions: {report._label(best, comp.reference_label)}, MNLP "
         f"{best['mnlp']:.4g}")
+
+
+def test_modes_figure_is_legible_at_the_docs_width():
+    """Three panels (two multi-path fits and a reference with a long gold label) at most two a
+    row, each wide enough to read when the docs site scales the figure to its column; every
+    text at 11 points or more; no title or axis label runs into another."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ssgp_ppl.report import MODES_COLUMNS, modes_figure
+
+    paths = {"weights": [0.4, 0, 0, 0, 0.2, 0, 0.3, 0.1], "loo": list(np.linspace(-260, -215, 8)),
+             "combine": "stacking"}
+    records = [{"method": "svi", "paths": paths},
+               {"method": "smc-chains-stacked", "paths": {**paths, "weights": [0.5, 0, 0.5, 0],
+                                                          "loo": [-110, -150, -105, -135]}},
+               {"method": "smc", "reference": {"modes": 1, "mode_weights": [1.0],
+                                               "mode_log_density": [-330.0]}}]
+    label = ("gold reference (NOT CONVERGED, not attainable on this hardware; 4 runs, computed "
+             "2026-11-26, 59 min)")
+    fig = modes_figure(records, label)
+    panels = [ax for ax in fig.axes if ax.patches]  # the bar panels (twins and blanks have none)
+    assert len(panels) == 3 and MODES_COLUMNS == 2
+    width = fig.get_size_inches()[0]
+    assert width <= 12.5  # scaled by at most ~0.8 into a ~1000-pixel column at 100 dpi
+    assert len({round(ax.get_position().x0, 3) for ax in panels}) == MODES_COLUMNS
+    assert all(ax.get_position().width * width >= 4.0 for ax in panels)
+    fig.canvas.draw()
+    shown = [ax for ax in fig.axes if ax.axison]  # the panels and their twins, not the blank
+    assert len(shown) == 6
+    labels = [t for ax in shown for t in (ax.title, ax.xaxis.label, ax.yaxis.label)
+              if t.get_text()]
+    ticks = [t for ax in shown for t in (*ax.get_xticklabels(), *ax.get_yticklabels())
+             if t.get_text()]
+    assert min(t.get_fontsize() for t in labels) >= 12
+    assert min(t.get_fontsize() for t in ticks) >= 11
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), "a title or axis label runs into another"
+    titles = [ax.title.get_text() for ax in panels]
+    assert titles[2].endswith(": 1 mode") and "\n" in titles[2]  # the long label wrapped
