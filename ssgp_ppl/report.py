@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ssgp_ppl.data.datasets import Dataset
+from ssgp_ppl.data.tables import DAY_NS
 from ssgp_ppl.diagnostics import gold, invariants
 from ssgp_ppl.diagnostics.calibration import (
     BFMI_MIN,
@@ -226,25 +227,12 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
            ref_label: str, readings: dict) -> list[tuple[str, ...]]:
     import matplotlib.pyplot as plt  # the backend is the caller's (a notebook keeps its inline one)
 
-    y = np.asarray(data.y_scaler.inverse(data.y_test))
-    order = np.argsort(results[0].mean)
     figs = []
-    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4), squeeze=False)
-    for ax, r, rec in zip(axes[0], results, records, strict=True):
-        sd = np.sqrt(r.var[order])
-        idx = np.arange(len(order))
-        ax.fill_between(idx, r.mean[order] - 1.645 * sd, r.mean[order] + 1.645 * sd, alpha=0.3,
-                        label="90% interval")
-        ax.plot(idx, r.mean[order], lw=1, label="mean")
-        ax.plot(idx, y[order], ".", ms=2, color="k", label="observed")
-        ax.set_title(f"{_label(rec, ref_label)}: test predictions", fontsize=9)
-        ax.set_xlabel("test point (sorted by first method's mean)")
-    axes[0][0].legend(fontsize=7)
     function = _function_plot(results, records, data, ref_label)
     if function:
         figs.append(function)
-    figs.append(("Predictive bands on the test set, points sorted by the first method's mean",
-                 _png(fig)))
+    title, fig = _bands_figure(results, records, data, ref_label)
+    figs.append((title, _png(fig)))
 
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     for rec in records:  # the curves compare() already computed
@@ -299,6 +287,68 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
     return figs
 
 
+def _bands_figure(results: list[Posterior], records: list[dict], data: Dataset,
+                  ref_label: str):
+    """(title, figure) of each method's predictive mean and 90% band at every test point with the
+    observed values: over time, on a date axis, where an input is a date column (the first
+    such); else the points sorted by the first method's mean."""
+    import matplotlib.pyplot as plt
+
+    y = np.asarray(data.y_scaler.inverse(data.y_test))
+    dates = _date_inputs(data)
+    if dates:
+        j = dates[0]
+        when = _as_dates(np.asarray(data.x_scaler.inverse(data.x_test))[:, j])
+        order = np.argsort(when, kind="stable")
+        xs, xlabel = when[order], f"{_short(_input_names(data)[j])} (date of the test point)"
+        title = (f"Predictive bands on the test set over time (against the date input "
+                 f"{_input_names(data)[j]})")
+    else:
+        order = np.argsort(results[0].mean)
+        xs, xlabel = np.arange(len(order)), "test point (sorted by first method's mean)"
+        title = "Predictive bands on the test set, points sorted by the first method's mean"
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4), squeeze=False)
+    for ax, r, rec in zip(axes[0], results, records, strict=True):
+        sd = np.sqrt(r.var[order])
+        ax.fill_between(xs, r.mean[order] - 1.645 * sd, r.mean[order] + 1.645 * sd, alpha=0.3,
+                        label="90% interval")
+        ax.plot(xs, r.mean[order], lw=1, label="mean")
+        ax.plot(xs, y[order], ".", ms=2, color="k", label="observed")
+        ax.set_title(f"{_label(rec, ref_label)}: test predictions", fontsize=9)
+        ax.set_xlabel(xlabel)
+        if dates:
+            _date_axis(ax)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return title, fig
+
+
+def _date_inputs(data: Dataset) -> list[int]:
+    """The inputs that are date columns of the user's table (kind ``date`` in its
+    ``TableEncoding``, recorded when the table was read): their values are days since 1970-01-01."""
+    encoding = getattr(data, "encoding", None)
+    if encoding is None:
+        return []
+    dates = {name for name, kind, _ in encoding.columns if kind == "date"}
+    return [j for j, name in enumerate(_input_names(data)) if name in dates]
+
+
+def _as_dates(days) -> np.ndarray:
+    """Days since 1970-01-01, a date input's values, as ``datetime64[ns]``."""
+    return np.round(np.asarray(days, np.float64) * DAY_NS).astype(np.int64).astype("datetime64[ns]")
+
+
+def _date_axis(ax) -> None:
+    """A date x axis: ticks at round dates, each labelled by what changes there (year, month,
+    day, hour) with the rest in the offset at the axis' end (matplotlib's concise formatter)."""
+    import matplotlib.dates as mdates
+
+    locator = mdates.AutoDateLocator(minticks=3, maxticks=7)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+
+
+
 PD_INPUTS = 8  # the fitted-function figure's panels: the first inputs, at most this many
 PD_GRID = 25  # grid values of each input
 PD_ROWS = 60  # test rows the partial dependence averages over (evenly spaced when there are more)
@@ -306,10 +356,18 @@ PD_ROWS = 60  # test rows the partial dependence averages over (evenly spaced wh
 
 def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
                    ref_label: str) -> tuple[str, str, str] | None:
-    """(title, png, caption) of the fitted function: for one input, each method's predictive mean and
-    90% band with the test data; for several, the partial dependence on each of the first
-    PD_INPUTS inputs (the predictive mean averaged over test rows with that input set to a grid
-    value; the band: the rows' 5% and 95% predictive quantiles, mean ± 1.645 sd, averaged)."""
+    made = _function_figure(results, records, data, ref_label)
+    return None if made is None else ("The fitted function", _png(made[0]), made[1])
+
+
+def _function_figure(results: list[Posterior], records: list[dict], data: Dataset,
+                     ref_label: str = ""):
+    """(figure, caption) of the fitted function, or None when no method predicts: for one input,
+    each method's predictive mean and 90% band with the test data; for several, the partial
+    dependence on each of the first PD_INPUTS inputs, the date inputs first (the predictive mean
+    averaged over test rows with that input set to a grid value; the band: the rows' 5% and 95%
+    predictive quantiles, mean ± 1.645 sd, averaged). A date input's panel has a date axis: the
+    fit over time."""
     import matplotlib.pyplot as plt
 
     x_std = np.asarray(data.x_test, np.float64)
@@ -318,14 +376,16 @@ def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
     y = np.asarray(data.y_scaler.inverse(data.y_test))
     n, d = x_std.shape
     names = _input_names(data)
+    dates = _date_inputs(data)
+    panels = [*dates, *(j for j in range(d) if j not in dates)][:PD_INPUTS]  # input per panel
     rows = x_std if n <= PD_ROWS else x_std[np.linspace(0, n - 1, PD_ROWS).round().astype(int)]
-    shown = min(d, PD_INPUTS)
-    curves, skipped = {}, []  # label -> [(grid_raw, mean, lo, hi)] per input
+    shown = len(panels)
+    curves, skipped = {}, []  # label -> [(grid_raw, mean, lo, hi)] per panel
     for r, rec in zip(results, records, strict=True):
         label = _label(rec, ref_label)
         try:
             per_input = []
-            for j in range(shown):
+            for j in panels:
                 grid = np.linspace(x_all[:, j].min(), x_all[:, j].max(), PD_GRID)
                 xs = rows if d > 1 else grid[:, None]
                 if d > 1:
@@ -350,21 +410,26 @@ def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
     width = 4.4 * cols if cols > 1 else 8.0  # one input: one wide panel
     fig, axes = plt.subplots(nrows, cols, figsize=(width, 3.4 * nrows + 0.5), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for j, ax in enumerate(axes.flat):
-        if j >= shown:
+    for i, ax in enumerate(axes.flat):
+        if i >= shown:
             ax.axis("off")
             continue
-        ax.plot(x_raw[:, j], y, ".", ms=3, color="k", label="test data")
+        j = panels[i]
+        when = _as_dates if j in dates else np.asarray  # a date input: plotted as dates
+        ax.plot(when(x_raw[:, j]), y, ".", ms=3, color="k", label="test data")
         for c, (label, per_input) in enumerate(curves.items()):
-            g, m, lo, hi = per_input[j]
+            g, m, lo, hi = per_input[i]
+            g = when(g)
             colour = colours[c % len(colours)]
             ax.plot(g, m, lw=1.4, color=colour, label=label)
             ax.fill_between(g, lo, hi, color=colour, alpha=0.06)
             for edge in (lo, hi):  # edges drawn: the methods' bands overlap
                 ax.plot(g, edge, lw=0.8, ls="--", color=colour)
-        ax.set_xlabel(_short(names[j]))
+        ax.set_xlabel(_short(names[j]) + (" (date)" if j in dates else ""))
         ax.set_ylabel(str(getattr(data, "target_name", "y")) or "y")
         ax.tick_params(labelsize=8)
+        if j in dates:
+            _date_axis(ax)
     handles: dict = {}
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -372,21 +437,28 @@ def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
     fig.legend(list(handles.values()), list(handles), loc="upper center",
                ncol=min(len(handles), 4), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / (3.4 * nrows + 0.5)))
+    over_time = [names[j] for j in dates if j in panels]
     if d == 1:
         caption = ("The fitted function: each method's predictive mean (line) and 90% interval "
-                   "(band, mean ± 1.645 sd) against the input, with the test data")
+                   "(band, mean ± 1.645 sd) against the input" + (" (a date: the fit over time)"
+                                                                  if over_time else "")
+                   + ", with the test data")
     else:
+        which = "the date inputs, then the first others" if dates else f"the first {shown}"
         caption = (f"The fitted function, partial dependence on {shown} of the {d} inputs "
-                   f"({', '.join(names[:shown])})"
-                   + ("" if shown == d else f" (the first {shown}; the other {d - shown} not "
-                      "shown)") + f": the predictive mean averaged over {len(rows)} test rows "
+                   f"({', '.join(names[j] for j in panels)})"
+                   + ("" if shown == d else f" ({which}; the other {d - shown} not shown)")
+                   + f": the predictive mean averaged over {len(rows)} test rows "
                    "with that input set to each grid value, the others as they are (line); band: "
                    "the rows' 5% and 95% predictive quantiles (mean ± 1.645 sd) averaged the "
                    "same way, not a quantile of the average; dots: the test data against that "
                    "input")
+        if over_time:
+            caption += (f"; {', '.join(over_time)} {'is a date' if len(over_time) == 1 else 'are dates'}"
+                        ": its panel (the first) shows the fit over time")
     if skipped:
         caption += "; not shown: " + ", ".join(skipped)
-    return "The fitted function", _png(fig), caption + "."
+    return fig, caption + "."
 
 
 def _modes_plot(records: list[dict], ref_label: str) -> str | None:
