@@ -1343,13 +1343,32 @@ class _Posteriors(Mapping):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Comparison:
-    """What :func:`ssgp_ppl.compare` wrote: every method's record (``comparison.json``), its
+    """What `ssgp_ppl.compare` wrote: every method's record (``comparison.json``), its
     posterior, the summary table and the reference's verdict.
 
-    ``records``: one dict per method label (``svi-one-path``, ``svi``, ``smc``, …) as
-    ``comparison.json`` holds them; ``posteriors``: label -> :class:`~ssgp_ppl.posterior.Posterior`
-    (read from the folder on first use where the comparison was loaded); ``folder``: where the
-    report is (None for a comparison not written)."""
+    Returned by `ssgp_ppl.compare` and `ssgp_ppl.load_comparison`, not made by hand.
+
+    Parameters
+    ----------
+    model
+        The catalog entry's name.
+    dataset
+        The data set's name (a file's stem for a data file).
+    split
+        The split index.
+    seed
+        The random seed of every fit.
+    records
+        One dict per method label (``svi-one-path``, ``svi``, ``smc``, …), as
+        ``comparison.json`` holds them.
+    posteriors
+        Method label -> `Posterior`, read from the folder on first use where the comparison was
+        loaded.
+    folder
+        Where the report is (None for a comparison not written).
+    summary
+        The report's opening lines: the reference's verdict and the best method by test MNLP.
+    """
 
     model: str
     dataset: str
@@ -1369,7 +1388,7 @@ class Comparison:
     def table(self):
         """The summary table (a pandas DataFrame, one row per method): test NMSE, MNLP, CRPS,
         90% coverage, PSIS-LOO's share of bad k̂, and against the reference the std ratios and
-        scaled W1 distances of the invariant quantities (:func:`summary_rows`)."""
+        scaled W1 distances of the invariant quantities (`summary_rows`)."""
         import pandas as pd
 
         return pd.DataFrame(summary_rows(self.to_dict()))
@@ -1415,7 +1434,24 @@ class Comparison:
         return sbc.load(self.folder / sbc.COMPARISON_FOLDER)
 
     def record(self, label: str) -> dict:
-        """The record of method ``label`` (its test metrics, coverage curve, LOO, …)."""
+        """The record of one method.
+
+        Parameters
+        ----------
+        label
+            A method label of `methods`.
+
+        Returns
+        -------
+        dict
+            A copy of its record: test metrics, coverage curve, PSIS-LOO, the comparison with
+            the reference, its paths or the reference's verdict.
+
+        Raises
+        ------
+        SSGPError
+            When the comparison has no method ``label`` (its methods named).
+        """
         rec = next((r for r in self.records if r["method"] == label), None)
         if rec is None:
             raise SSGPError(f"no method {label!r} in this comparison; it has "
@@ -1423,12 +1459,26 @@ class Comparison:
         return copy.deepcopy(rec)
 
     def modes_figure(self):
-        """The modes panel (:func:`modes_figure`): each path of a multi-path fit and each mode of
-        the reference; None when there is neither."""
+        """The modes panel: each path of a multi-path fit and each mode of the reference.
+
+        Returns
+        -------
+        matplotlib.figure.Figure or None
+            One panel per multi-path fit (each path's weight as a bar, its LOO log score as a
+            dot) and one for the reference (each mode's share of the chains, its mean log
+            density), at most two a row; None when there is neither.
+        """
         return modes_figure(list(self.records), self.reference_label)
 
     def to_dict(self) -> dict:
-        """What ``comparison.json`` holds."""
+        """What ``comparison.json`` holds.
+
+        Returns
+        -------
+        dict
+            ``format``, ``model``, ``dataset``, ``split``, ``seed``, ``summary`` and
+            ``methods`` (a copy of `records`).
+        """
         return {"format": REPORT_FORMAT, "model": self.model, "dataset": self.dataset,
                 "split": self.split, "seed": self.seed, "summary": list(self.summary),
                 "methods": copy.deepcopy(list(self.records))}
