@@ -122,7 +122,7 @@ def _reference_label(records: list[dict]) -> str:
     if d.get("source") == "gold":
         return d["label"]
     name = ref[0]["method"]
-    return name if d["converged"] else f"{name} (NOT CONVERGED, {d['modes']} modes)"
+    return name if d["converged"] else f"{name} (NOT CONVERGED, {d['modes']} mode{'s' * (d['modes'] != 1)})"
 
 
 def _label(rec: dict, ref_label: str) -> str:
