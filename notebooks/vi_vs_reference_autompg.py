@@ -71,7 +71,7 @@ print(table[["model", "method", "nmse", "mnlp", "crps", "coverage_90", "referenc
 for name, res in results.items():
     fig = res.modes_figure()
     if fig is not None:
-        fig.suptitle(name, fontsize=10, y=1.02)
+        fig.suptitle(name, fontsize=14)
         plt.show()
 
 # %% [markdown]

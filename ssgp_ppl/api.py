@@ -1,5 +1,4 @@
-"""The Python API: :func:`fit`, :func:`compare`, :func:`load`, :func:`catalog` (also as
-``ssgp_ppl.fit`` …).
+"""The Python API: `fit`, `compare`, `load`, `catalog` (also as ``ssgp_ppl.fit`` …).
 
 >>> import ssgp_ppl
 >>> post = ssgp_ppl.fit("ssgp_svi", data="pendulum")          # doctest: +SKIP
@@ -118,6 +117,8 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     x, y
         Instead of ``data``: (n, d) inputs and (n,) targets, all of them training rows, scored on
         ``x_test``, ``y_test`` if given. A DataFrame ``x`` is read as a table.
+    x_test, y_test
+        With ``x``, ``y``: the test rows the posterior is scored on (``metrics``).
     target
         The target column of a file or DataFrame ``data`` (default: the last).
     method
@@ -160,13 +161,20 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         ``predict`` (raw inputs, or a DataFrame of the same columns), ``metrics``, ``datatree``,
         ``save``.
 
+    Raises
+    ------
+    SSGPError
+        One error saying what to change: an unknown entry or setting, data that cannot be read
+        or used (a bad value named by its row and column), or a fit whose memory estimate
+        exceeds the machine's (without ``force``).
+
     Warns
     -----
     ConvergenceWarning
         When the fit stopped before its stop rule declared convergence (the step budget).
     CalibrationWarning
         When the test coverage of the 90% predictive interval is far from nominal
-        (:func:`ssgp_ppl.diagnostics.metrics.coverage_off`).
+        (`ssgp_ppl.diagnostics.metrics.coverage_off`).
     """
     entry = _entry(model, settings)
     steps = _positive(steps, "steps")
@@ -217,6 +225,8 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
         The random seed of every fit.
     settings
         Catalog overrides, ``{"svi.paths": 4}`` or ``["svi.paths=4"]``.
+    target, split, test, subsample, inputs, drop, dropna, encode, dates, log_target
+        As in ``ssgp_ppl.fit``.
     steps, samples, chains
         The budget of every method: SVI/ML steps and NCVMP iterations; the reference's draws per
         chain and chains (default: the entry's).
@@ -228,8 +238,8 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
         Replace a comparison already in ``out``; continue an interrupted one.
     sbc
         Add simulation-based calibration of this many simulations (``ssgp-ppl compare --sbc N``:
-        :func:`ssgp_ppl.diagnostics.sbc.run` at its small defaults, ``settings`` on top, on the training
-        inputs of this split) into ``out/sbc`` and its section to the report.
+        `ssgp_ppl.diagnostics.sbc.run` at its small defaults, ``settings`` on top, on the
+        training inputs of this split) into ``out/sbc`` and its section to the report.
     progress
         Show progress on stderr.
 
@@ -239,6 +249,12 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
         ``posteriors`` by method, ``table`` (a pandas DataFrame), ``verdict`` and
         ``reference_label`` of the reference, ``report`` (the HTML file), ``sbc`` (the SBC
         result, None without one) and ``to_dict()`` (what ``comparison.json`` holds).
+
+    Raises
+    ------
+    SSGPError
+        When there is no ``data``, the entry or a setting is unknown, the data cannot be used,
+        or ``out`` holds another comparison (without ``overwrite`` or ``resume``).
     """
     from ssgp_ppl import report
 
@@ -270,7 +286,7 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
 
 
 def load_comparison(folder: str | Path):
-    """A comparison written by :func:`compare` (or ``ssgp-ppl compare``), read from its folder.
+    """A comparison written by `compare` (or ``ssgp-ppl compare``), read from its folder.
 
     Parameters
     ----------
@@ -304,12 +320,22 @@ def select_beta(model: str | Path | CatalogEntry, data=None, x=None, y=None, *,
 
     Parameters
     ----------
+    model
+        A catalog name, a TOML path or a loaded entry, with a β-ELBO or DLM objective.
+    data
+        A known data set name, a CSV/Parquet path or a pandas DataFrame.
+    x, y
+        Instead of ``data``: (n, d) inputs and (n,) targets.
     grid
         The β values (default ``[n, n/2, …, 0.01]`` of the inner n).
     seed
         The random seed.
     steps
         SVI steps of each fit (default: the entry's).
+    settings
+        Catalog overrides, as in ``ssgp_ppl.fit``.
+    target, split, subsample, inputs, drop, dropna, encode, dates, log_target
+        As in ``ssgp_ppl.fit``.
 
     Returns
     -------
@@ -327,23 +353,27 @@ def select_beta(model: str | Path | CatalogEntry, data=None, x=None, y=None, *,
 
 
 def load(path: str | Path) -> Posterior:
-    """A posterior saved with :meth:`Posterior.save`: it predicts exactly as the saved one did.
+    """A posterior saved with `Posterior.save`: it predicts exactly as the saved one did.
 
-    Refused with one :class:`~ssgp_ppl.errors.SSGPError` naming the file: a file modified or
-    corrupted since it was saved (its sha256 checksum), a stored entry that is not a valid catalog
-    entry, scalers that are not finite, and a file declaring arrays no saved posterior holds
-    (checked before any data are read). A file saved without a checksum loads after the other
-    checks.
+    A file saved without a checksum loads after the other checks.
 
     Parameters
     ----------
     path
-        The file :meth:`Posterior.save` (or ``ssgp-ppl fit``) wrote.
+        The file `Posterior.save` (or ``ssgp-ppl fit``) wrote.
 
     Returns
     -------
     Posterior
         The saved posterior.
+
+    Raises
+    ------
+    SSGPError
+        One error naming the file: a file modified or corrupted since it was saved (its sha256
+        checksum), a stored entry that is not a valid catalog entry, scalers that are not
+        finite, or a file declaring arrays no saved posterior holds (checked before any data
+        are read).
     """
     return _posterior.load(path, from_saved)
 
@@ -352,7 +382,7 @@ def catalog() -> list[dict]:
     """The catalog entries (``ssgp-ppl models``).
 
     A file that is not a valid entry (a user catalog's) is skipped with a
-    :class:`~ssgp_ppl.errors.CatalogWarning` naming the file and the problem.
+    `CatalogWarning` naming the file and the problem.
 
     Returns
     -------

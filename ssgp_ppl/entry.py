@@ -141,7 +141,18 @@ _user_catalogs: list[Path] = []
 
 def add_catalog(directory: str | Path) -> None:
     """Add a user catalog directory: its ``*.toml`` entries join the built-in ones (as
-    ``ssgp-ppl --catalog DIR`` and the ``SSGP_PPL_MODELS`` environment variable do)."""
+    ``ssgp-ppl --catalog DIR`` and the ``SSGP_PPL_MODELS`` environment variable do).
+
+    Parameters
+    ----------
+    directory
+        The folder of the entries (``~`` expanded); adding it twice adds it once.
+
+    Raises
+    ------
+    SSGPError
+        When ``directory`` is not a path, or no such folder exists.
+    """
     if not isinstance(directory, str | os.PathLike) or not str(directory).strip():
         raise SSGPError(f"add_catalog takes a directory path, got {type(directory).__name__} "
                         f"{directory!r}"[:200])
@@ -189,7 +200,18 @@ def _parse_value(text: str):
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """A validated catalog entry (all defaults filled in)."""
+    """A validated catalog entry (all defaults filled in), as `load_entry` returns it.
+
+    Parameters
+    ----------
+    name
+        The entry's name (its file's stem).
+    path
+        The TOML file it was read from.
+    config
+        The validated configuration: every table and key of the catalog format, defaults
+        filled in.
+    """
 
     name: str
     path: Path
@@ -211,7 +233,19 @@ class CatalogEntry:
         return self.config["inference"][method]
 
     def spec(self, d: int) -> SSGPSpec:
-        """The model specification for d input columns (spectral points drawn with the seed)."""
+        """The model specification for ``d`` input columns.
+
+        Parameters
+        ----------
+        d
+            The number of input columns.
+
+        Returns
+        -------
+        SSGPSpec
+            The model's settings, with ``m`` standard spectral points drawn from the entry's
+            spectral density with its ``spectral_seed``.
+        """
         mc = self.config["model"]
         density = densities.get(mc["spectral_density"])
         pts = density.standard_points(jax.random.PRNGKey(mc["spectral_seed"]), mc["m"], d)
@@ -266,8 +300,24 @@ class CatalogEntry:
                 or self.config["partitions"]["per_step"] > 0)
 
     def with_overrides(self, assignments: list[str]) -> CatalogEntry:
-        """Apply ``key=value`` texts (``--set``; the value read as a TOML value, else as text):
-        see :meth:`with_settings`."""
+        """Apply ``key=value`` texts, as ``--set`` does.
+
+        Parameters
+        ----------
+        assignments
+            ``["svi.steps=2000", "m=20"]``: each value is read as a TOML value, else as text;
+            the keys are those of `with_settings`.
+
+        Returns
+        -------
+        CatalogEntry
+            A new entry, validated again.
+
+        Raises
+        ------
+        SSGPError
+            When an item is not ``key=value``, or as `with_settings` raises.
+        """
         pairs = []
         for item in assignments:
             if not isinstance(item, str) or "=" not in item:
@@ -277,10 +327,28 @@ class CatalogEntry:
         return self.with_settings(pairs, what="--set")
 
     def with_settings(self, items, *, what: str = "settings") -> CatalogEntry:
-        """Apply ``(key, value)`` pairs (dotted path, or a leaf name unique in the schema; an
-        ambiguous leaf such as ``steps`` resolves to the entry's own method) and re-validate.
-        Values are data (numbers, text, booleans, lists), never parsed; ``what`` names the
-        source in errors."""
+        """Apply ``(key, value)`` pairs and validate the entry again.
+
+        Parameters
+        ----------
+        items
+            ``(key, value)`` pairs. A key is a dotted path (``inference.svi.steps``) or a leaf name
+            unique in the schema (``m``); an ambiguous leaf such as ``steps`` resolves to the
+            entry's own method. Values are data (numbers, text, booleans, lists), never parsed.
+        what
+            What the errors name as the source of the settings.
+
+        Returns
+        -------
+        CatalogEntry
+            A new entry; this one is unchanged.
+
+        Raises
+        ------
+        SSGPError
+            When a key is not in the schema (with the keys it may have meant) or a value fails
+            validation.
+        """
         raw = copy.deepcopy(self.config)
         paths = leaf_paths(schema())
         guide = self.config["inference"]["svi"]["guide"]
@@ -378,7 +446,24 @@ def from_saved(name: str, path: Path, config: dict, src: str) -> CatalogEntry:
 
 
 def load_entry(name_or_path: str | Path) -> CatalogEntry:
-    """Load a catalog entry by name (see :func:`list_entries`) or by path to a TOML file."""
+    """Load a catalog entry by name or by path to a TOML file.
+
+    Parameters
+    ----------
+    name_or_path
+        A name of `list_entries` (built-in or user catalog), or a path to a ``.toml`` file.
+
+    Returns
+    -------
+    CatalogEntry
+        The validated entry.
+
+    Raises
+    ------
+    SSGPError
+        When the name is unknown (the known names listed), the file cannot be read or is not
+        valid TOML, or the entry fails validation; every message names the file.
+    """
     if not isinstance(name_or_path, str | os.PathLike):
         raise SSGPError("a catalog model is a name, a .toml path or a CatalogEntry, got "
                         f"{type(name_or_path).__name__}")

@@ -103,11 +103,54 @@ class PredictiveRule(Protocol):
 class Posterior:
     """A fitted catalog entry: draws, predictive rule, scalers and method info.
 
-    ``sites``: name -> (chain, draw, ...) in the model's standardised units (type-II values repeated
-    per draw); ``log_p`` / ``log_q``: (chain, draw) joint log density and the guide's log density
-    where defined (VI draws, for PSIS-LOO); ``y_centre``: the training mean a closed-form fit was
-    centred on (NCVMP); ``test``, ``metrics`` and ``datatree`` are set by the pipeline when there is
-    a test split.
+    Returned by `ssgp_ppl.fit` and `ssgp_ppl.load`, not made by hand.
+
+    Attributes
+    ----------
+    entry
+        The catalog entry fitted (`CatalogEntry`).
+    method
+        The inference method (``svi``, ``ml``, ``ncvmp``, ``smc``, …).
+    dataset
+        The data's name.
+    sites
+        Site name -> (chain, draw, ...) draws in the model's standardised units (type-II values
+        repeated per draw).
+    rule
+        The predictive rule the draws predict with.
+    x_scaler, y_scaler
+        The scalers fitted on the training rows (inputs; target, or log target).
+    info
+        What the method reports besides its draws: times, steps, whether its stop rule declared
+        convergence, the sampler's diagnostics.
+    log_p, log_q
+        (chain, draw) joint log density and the guide's log density where defined (VI draws,
+        for PSIS-LOO); None elsewhere.
+    losses
+        The loss per step (SVI, ML) or the negative bound per iteration (NCVMP).
+    y_centre
+        The training mean a closed-form fit was centred on (NCVMP); 0 elsewhere.
+    handoff
+        What this fit gives another method: type-II estimates, kept spectral points,
+        partitions.
+    sample_stats
+        A sampler's own statistics (NUTS: energy, tree depth, …).
+    params
+        The fitted guide or type-II parameters (constrained; SVI and ML).
+    feature_names
+        The training inputs' columns (a DataFrame given to `predict` is read by them).
+    encoding
+        A user table's encoding (`TableEncoding`), applied to a DataFrame given to `predict`.
+    path_of_draw
+        Multi-path fits: the path of each draw (S,).
+    path_posteriors
+        Multi-path fits: each path's own posterior (not saved).
+    test
+        The test split's `Prediction` (None without test rows).
+    metrics
+        The test scores (NMSE, MNLP, CRPS, coverage, …), None without test rows.
+    datatree
+        The ArviZ DataTree: posterior, sample statistics, predictions, the data's attributes.
     """
 
     entry: CatalogEntry
@@ -212,7 +255,30 @@ class Posterior:
 
     def predict_standardised(self, x_std, *, seed: int = 0, client=None,
                              progress: bool = False) -> Prediction:
-        """:meth:`predict` at inputs already in the model's standardised units."""
+        """`predict` at inputs already in the model's standardised units.
+
+        Parameters
+        ----------
+        x_std
+            (n*, d) inputs scaled as the training inputs were (``x_scaler``).
+        seed
+            The random seed of the y* draws.
+        client
+            A ``distributed.Client``: the rows are predicted in chunks on it.
+        progress
+            Show progress on stderr.
+
+        Returns
+        -------
+        Prediction
+            The predictive of y*, in the original units of the target.
+
+        Raises
+        ------
+        SSGPError
+            When ``x_std`` is not (n*, d), or holds a missing, infinite or out-of-range value
+            (named by its row and column).
+        """
         seed = check_seed(seed)
         names = self.feature_names or None
         x_std = real_array(x_std, "predict: x_std", names)
@@ -222,10 +288,33 @@ class Posterior:
         return self._predict(x_std, seed, client, progress)
 
     def predict(self, x_new, *, seed: int = 0, client=None, progress: bool = False) -> Prediction:
-        """The predictive of y* at ``x_new`` (n*, d) raw inputs in the training data's columns and
-        units: mean, variance, one y* draw per posterior draw, ``interval(level)``; original units
-        of the target. A missing, non-numeric, infinite or out-of-range input is an error naming
-        its row (counted from 0) and column."""
+        """The predictive of y* at new inputs.
+
+        Parameters
+        ----------
+        x_new
+            (n*, d) raw inputs in the training data's columns and units; a 1-d array is n*
+            values of a single input or one row of d inputs. A DataFrame is read by its column
+            names, encoded as the training table was.
+        seed
+            The random seed of the y* draws.
+        client
+            A ``distributed.Client``: the rows are predicted in chunks on it.
+        progress
+            Show progress on stderr.
+
+        Returns
+        -------
+        Prediction
+            Mean, variance, one y* draw per posterior draw and ``interval(level)``, in the
+            original units of the target.
+
+        Raises
+        ------
+        SSGPError
+            When a value is missing, not numeric, infinite or out of range (named by its row,
+            counted from 0, and its column), or the inputs do not have the training columns.
+        """
         seed = check_seed(seed)
         names = self.feature_names or None
         if isinstance(x_new, pd.DataFrame) and self.encoding is not None:  # as the training table
@@ -274,9 +363,27 @@ class Posterior:
     # ------------------------------------------------------------------ save / load
 
     def save(self, path: str | Path) -> Path:
-        """One netCDF file: the DataTree (if any) plus a group with the rule's arrays, the sites,
-        the scalers and, as JSON attributes, the catalog configuration, method and info, with the
-        sha256 of all of it (:func:`state_checksum`) that :func:`load` checks."""
+        """Write the posterior to one netCDF file, which `ssgp_ppl.load` reads back.
+
+        The file holds the DataTree (if any) plus a group with the rule's arrays, the sites, the
+        scalers and, as JSON attributes, the catalog configuration, method and info, with the
+        sha256 of all of it (`state_checksum`) that `ssgp_ppl.load` checks.
+
+        Parameters
+        ----------
+        path
+            The file to write (replaced if it exists).
+
+        Returns
+        -------
+        Path
+            ``path``.
+
+        Raises
+        ------
+        SSGPError
+            When ``path`` is not a file path.
+        """
         from ssgp_ppl.runtime.io import write_datatree
 
         if not isinstance(path, str | os.PathLike):

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ssgp_ppl.data.datasets import Dataset
+from ssgp_ppl.data.tables import DAY_NS
 from ssgp_ppl.diagnostics import gold, invariants
 from ssgp_ppl.diagnostics.calibration import (
     BFMI_MIN,
@@ -121,7 +122,7 @@ def _reference_label(records: list[dict]) -> str:
     if d.get("source") == "gold":
         return d["label"]
     name = ref[0]["method"]
-    return name if d["converged"] else f"{name} (NOT CONVERGED, {d['modes']} modes)"
+    return name if d["converged"] else f"{name} (NOT CONVERGED, {d['modes']} mode{'s' * (d['modes'] != 1)})"
 
 
 def _label(rec: dict, ref_label: str) -> str:
@@ -226,25 +227,12 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
            ref_label: str, readings: dict) -> list[tuple[str, ...]]:
     import matplotlib.pyplot as plt  # the backend is the caller's (a notebook keeps its inline one)
 
-    y = np.asarray(data.y_scaler.inverse(data.y_test))
-    order = np.argsort(results[0].mean)
     figs = []
-    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4), squeeze=False)
-    for ax, r, rec in zip(axes[0], results, records, strict=True):
-        sd = np.sqrt(r.var[order])
-        idx = np.arange(len(order))
-        ax.fill_between(idx, r.mean[order] - 1.645 * sd, r.mean[order] + 1.645 * sd, alpha=0.3,
-                        label="90% interval")
-        ax.plot(idx, r.mean[order], lw=1, label="mean")
-        ax.plot(idx, y[order], ".", ms=2, color="k", label="observed")
-        ax.set_title(f"{_label(rec, ref_label)}: test predictions", fontsize=9)
-        ax.set_xlabel("test point (sorted by first method's mean)")
-    axes[0][0].legend(fontsize=7)
     function = _function_plot(results, records, data, ref_label)
     if function:
         figs.append(function)
-    figs.append(("Predictive bands on the test set, points sorted by the first method's mean",
-                 _png(fig)))
+    title, fig = _bands_figure(results, records, data, ref_label)
+    figs.append((title, _png(fig)))
 
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     for rec in records:  # the curves compare() already computed
@@ -299,6 +287,68 @@ def _plots(results: list[Posterior], records: list[dict], data: Dataset,
     return figs
 
 
+def _bands_figure(results: list[Posterior], records: list[dict], data: Dataset,
+                  ref_label: str):
+    """(title, figure) of each method's predictive mean and 90% band at every test point with the
+    observed values: over time, on a date axis, where an input is a date column (the first
+    such); else the points sorted by the first method's mean."""
+    import matplotlib.pyplot as plt
+
+    y = np.asarray(data.y_scaler.inverse(data.y_test))
+    dates = _date_inputs(data)
+    if dates:
+        j = dates[0]
+        when = _as_dates(np.asarray(data.x_scaler.inverse(data.x_test))[:, j])
+        order = np.argsort(when, kind="stable")
+        xs, xlabel = when[order], f"{_short(_input_names(data)[j])} (date of the test point)"
+        title = (f"Predictive bands on the test set over time (against the date input "
+                 f"{_input_names(data)[j]})")
+    else:
+        order = np.argsort(results[0].mean)
+        xs, xlabel = np.arange(len(order)), "test point (sorted by first method's mean)"
+        title = "Predictive bands on the test set, points sorted by the first method's mean"
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4), squeeze=False)
+    for ax, r, rec in zip(axes[0], results, records, strict=True):
+        sd = np.sqrt(r.var[order])
+        ax.fill_between(xs, r.mean[order] - 1.645 * sd, r.mean[order] + 1.645 * sd, alpha=0.3,
+                        label="90% interval")
+        ax.plot(xs, r.mean[order], lw=1, label="mean")
+        ax.plot(xs, y[order], ".", ms=2, color="k", label="observed")
+        ax.set_title(f"{_label(rec, ref_label)}: test predictions", fontsize=9)
+        ax.set_xlabel(xlabel)
+        if dates:
+            _date_axis(ax)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return title, fig
+
+
+def _date_inputs(data: Dataset) -> list[int]:
+    """The inputs that are date columns of the user's table (kind ``date`` in its
+    ``TableEncoding``, recorded when the table was read): their values are days since 1970-01-01."""
+    encoding = getattr(data, "encoding", None)
+    if encoding is None:
+        return []
+    dates = {name for name, kind, _ in encoding.columns if kind == "date"}
+    return [j for j, name in enumerate(_input_names(data)) if name in dates]
+
+
+def _as_dates(days) -> np.ndarray:
+    """Days since 1970-01-01, a date input's values, as ``datetime64[ns]``."""
+    return np.round(np.asarray(days, np.float64) * DAY_NS).astype(np.int64).astype("datetime64[ns]")
+
+
+def _date_axis(ax) -> None:
+    """A date x axis: ticks at round dates, each labelled by what changes there (year, month,
+    day, hour) with the rest in the offset at the axis' end (matplotlib's concise formatter)."""
+    import matplotlib.dates as mdates
+
+    locator = mdates.AutoDateLocator(minticks=3, maxticks=7)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+
+
+
 PD_INPUTS = 8  # the fitted-function figure's panels: the first inputs, at most this many
 PD_GRID = 25  # grid values of each input
 PD_ROWS = 60  # test rows the partial dependence averages over (evenly spaced when there are more)
@@ -306,10 +356,18 @@ PD_ROWS = 60  # test rows the partial dependence averages over (evenly spaced wh
 
 def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
                    ref_label: str) -> tuple[str, str, str] | None:
-    """(title, png, caption) of the fitted function: for one input, each method's predictive mean and
-    90% band with the test data; for several, the partial dependence on each of the first
-    PD_INPUTS inputs (the predictive mean averaged over test rows with that input set to a grid
-    value; the band: the rows' 5% and 95% predictive quantiles, mean ± 1.645 sd, averaged)."""
+    made = _function_figure(results, records, data, ref_label)
+    return None if made is None else ("The fitted function", _png(made[0]), made[1])
+
+
+def _function_figure(results: list[Posterior], records: list[dict], data: Dataset,
+                     ref_label: str = ""):
+    """(figure, caption) of the fitted function, or None when no method predicts: for one input,
+    each method's predictive mean and 90% band with the test data; for several, the partial
+    dependence on each of the first PD_INPUTS inputs, the date inputs first (the predictive mean
+    averaged over test rows with that input set to a grid value; the band: the rows' 5% and 95%
+    predictive quantiles, mean ± 1.645 sd, averaged). A date input's panel has a date axis: the
+    fit over time."""
     import matplotlib.pyplot as plt
 
     x_std = np.asarray(data.x_test, np.float64)
@@ -318,14 +376,16 @@ def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
     y = np.asarray(data.y_scaler.inverse(data.y_test))
     n, d = x_std.shape
     names = _input_names(data)
+    dates = _date_inputs(data)
+    panels = [*dates, *(j for j in range(d) if j not in dates)][:PD_INPUTS]  # input per panel
     rows = x_std if n <= PD_ROWS else x_std[np.linspace(0, n - 1, PD_ROWS).round().astype(int)]
-    shown = min(d, PD_INPUTS)
-    curves, skipped = {}, []  # label -> [(grid_raw, mean, lo, hi)] per input
+    shown = len(panels)
+    curves, skipped = {}, []  # label -> [(grid_raw, mean, lo, hi)] per panel
     for r, rec in zip(results, records, strict=True):
         label = _label(rec, ref_label)
         try:
             per_input = []
-            for j in range(shown):
+            for j in panels:
                 grid = np.linspace(x_all[:, j].min(), x_all[:, j].max(), PD_GRID)
                 xs = rows if d > 1 else grid[:, None]
                 if d > 1:
@@ -350,21 +410,26 @@ def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
     width = 4.4 * cols if cols > 1 else 8.0  # one input: one wide panel
     fig, axes = plt.subplots(nrows, cols, figsize=(width, 3.4 * nrows + 0.5), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for j, ax in enumerate(axes.flat):
-        if j >= shown:
+    for i, ax in enumerate(axes.flat):
+        if i >= shown:
             ax.axis("off")
             continue
-        ax.plot(x_raw[:, j], y, ".", ms=3, color="k", label="test data")
+        j = panels[i]
+        when = _as_dates if j in dates else np.asarray  # a date input: plotted as dates
+        ax.plot(when(x_raw[:, j]), y, ".", ms=3, color="k", label="test data")
         for c, (label, per_input) in enumerate(curves.items()):
-            g, m, lo, hi = per_input[j]
+            g, m, lo, hi = per_input[i]
+            g = when(g)
             colour = colours[c % len(colours)]
             ax.plot(g, m, lw=1.4, color=colour, label=label)
             ax.fill_between(g, lo, hi, color=colour, alpha=0.06)
             for edge in (lo, hi):  # edges drawn: the methods' bands overlap
                 ax.plot(g, edge, lw=0.8, ls="--", color=colour)
-        ax.set_xlabel(_short(names[j]))
+        ax.set_xlabel(_short(names[j]) + (" (date)" if j in dates else ""))
         ax.set_ylabel(str(getattr(data, "target_name", "y")) or "y")
         ax.tick_params(labelsize=8)
+        if j in dates:
+            _date_axis(ax)
     handles: dict = {}
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -372,21 +437,28 @@ def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
     fig.legend(list(handles.values()), list(handles), loc="upper center",
                ncol=min(len(handles), 4), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / (3.4 * nrows + 0.5)))
+    over_time = [names[j] for j in dates if j in panels]
     if d == 1:
         caption = ("The fitted function: each method's predictive mean (line) and 90% interval "
-                   "(band, mean ± 1.645 sd) against the input, with the test data")
+                   "(band, mean ± 1.645 sd) against the input" + (" (a date: the fit over time)"
+                                                                  if over_time else "")
+                   + ", with the test data")
     else:
+        which = "the date inputs, then the first others" if dates else f"the first {shown}"
         caption = (f"The fitted function, partial dependence on {shown} of the {d} inputs "
-                   f"({', '.join(names[:shown])})"
-                   + ("" if shown == d else f" (the first {shown}; the other {d - shown} not "
-                      "shown)") + f": the predictive mean averaged over {len(rows)} test rows "
+                   f"({', '.join(names[j] for j in panels)})"
+                   + ("" if shown == d else f" ({which}; the other {d - shown} not shown)")
+                   + f": the predictive mean averaged over {len(rows)} test rows "
                    "with that input set to each grid value, the others as they are (line); band: "
                    "the rows' 5% and 95% predictive quantiles (mean ± 1.645 sd) averaged the "
                    "same way, not a quantile of the average; dots: the test data against that "
                    "input")
+        if over_time:
+            caption += (f"; {', '.join(over_time)} {'is a date' if len(over_time) == 1 else 'are dates'}"
+                        ": its panel (the first) shows the fit over time")
     if skipped:
         caption += "; not shown: " + ", ".join(skipped)
-    return "The fitted function", _png(fig), caption + "."
+    return fig, caption + "."
 
 
 def _modes_plot(records: list[dict], ref_label: str) -> str | None:
@@ -394,35 +466,49 @@ def _modes_plot(records: list[dict], ref_label: str) -> str | None:
     return None if fig is None else _png(fig)
 
 
+MODES_COLUMNS = 2  # panels a row of the modes figure: legible at the docs site's width
+MODES_FONT = 12  # its titles and axis labels (ticks one point smaller)
+
+
 def modes_figure(records: list[dict], ref_label: str = ""):
     """The modes panel of a comparison's records (``comparison.json``'s ``methods``): each path
     of a multi-path fit (weight; LOO log score) and each mode of the reference (share of chains;
-    mean log density). A matplotlib figure, or None when there is neither."""
+    mean log density), at most MODES_COLUMNS panels a row. A matplotlib figure, or None when there
+    is neither."""
     import matplotlib.pyplot as plt
 
     panels = [(r["method"], r["paths"]) for r in records if "paths" in r]
     panels += [(ref_label or r["method"], r["reference"]) for r in records if "reference" in r]
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.4), squeeze=False)
-    for ax, (label, d) in zip(axes[0], panels, strict=True):
+    cols = min(len(panels), MODES_COLUMNS)
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.6 * rows), squeeze=False,
+                             layout="constrained")
+    for ax, (label, d) in zip(axes.flat, panels, strict=False):
         if "weights" in d:  # paths
             w, score, what = d["weights"], d["loo"], "LOO log score"
-            ax.set_xlabel("path")
-            ax.set_title(f"{label}: {len(w)} paths, {d['combine']}", fontsize=9)
+            ax.set_xlabel("path", fontsize=MODES_FONT)
+            title = f"{label}: {len(w)} path{'' if len(w) == 1 else 's'}, {d['combine']}"
         else:  # reference modes
             w, score, what = d["mode_weights"], d["mode_log_density"], "mean log density"
-            ax.set_xlabel("mode (chains grouped by two-chain R-hat)")
-            ax.set_title(f"{label}: {d['modes']} modes", fontsize=9)
+            ax.set_xlabel("mode (chains grouped by two-chain R-hat)", fontsize=MODES_FONT)
+            title = f"{label}: {d['modes']} mode{'' if d['modes'] == 1 else 's'}"
+        # a gold reference's label is long: wrapped to the panel, not run into its neighbour
+        ax.set_title("\n".join(textwrap.wrap(title, 56)), fontsize=MODES_FONT)
         k = np.arange(len(w))
         ax.bar(k, w, color="tab:blue", alpha=0.7)
-        ax.set_ylabel("weight", color="tab:blue")
+        ax.set_ylabel("weight (bars)", color="tab:blue", fontsize=MODES_FONT)
         ax.set_ylim(0, 1)
         ax.set_xticks(k)
+        ax.tick_params(labelsize=MODES_FONT - 1)
         twin = ax.twinx()
-        twin.plot(k, score, "o", color="tab:red")
-        twin.set_ylabel(what, color="tab:red")
-    fig.tight_layout()
+        twin.plot(k, score, "o", ms=8, color="tab:red")
+        twin.set_ylabel(f"{what} (dots)", color="tab:red", fontsize=MODES_FONT)
+        twin.tick_params(labelsize=MODES_FONT - 1)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    fig.get_layout_engine().set(wspace=0.08, hspace=0.06)  # a panel's right label, the next's left
     return fig
 
 
@@ -1257,13 +1343,32 @@ class _Posteriors(Mapping):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Comparison:
-    """What :func:`ssgp_ppl.compare` wrote: every method's record (``comparison.json``), its
+    """What `ssgp_ppl.compare` wrote: every method's record (``comparison.json``), its
     posterior, the summary table and the reference's verdict.
 
-    ``records``: one dict per method label (``svi-one-path``, ``svi``, ``smc``, …) as
-    ``comparison.json`` holds them; ``posteriors``: label -> :class:`~ssgp_ppl.posterior.Posterior`
-    (read from the folder on first use where the comparison was loaded); ``folder``: where the
-    report is (None for a comparison not written)."""
+    Returned by `ssgp_ppl.compare` and `ssgp_ppl.load_comparison`, not made by hand.
+
+    Parameters
+    ----------
+    model
+        The catalog entry's name.
+    dataset
+        The data set's name (a file's stem for a data file).
+    split
+        The split index.
+    seed
+        The random seed of every fit.
+    records
+        One dict per method label (``svi-one-path``, ``svi``, ``smc``, …), as
+        ``comparison.json`` holds them.
+    posteriors
+        Method label -> `Posterior`, read from the folder on first use where the comparison was
+        loaded.
+    folder
+        Where the report is (None for a comparison not written).
+    summary
+        The report's opening lines: the reference's verdict and the best method by test MNLP.
+    """
 
     model: str
     dataset: str
@@ -1283,7 +1388,7 @@ class Comparison:
     def table(self):
         """The summary table (a pandas DataFrame, one row per method): test NMSE, MNLP, CRPS,
         90% coverage, PSIS-LOO's share of bad k̂, and against the reference the std ratios and
-        scaled W1 distances of the invariant quantities (:func:`summary_rows`)."""
+        scaled W1 distances of the invariant quantities (`summary_rows`)."""
         import pandas as pd
 
         return pd.DataFrame(summary_rows(self.to_dict()))
@@ -1329,7 +1434,24 @@ class Comparison:
         return sbc.load(self.folder / sbc.COMPARISON_FOLDER)
 
     def record(self, label: str) -> dict:
-        """The record of method ``label`` (its test metrics, coverage curve, LOO, …)."""
+        """The record of one method.
+
+        Parameters
+        ----------
+        label
+            A method label of `methods`.
+
+        Returns
+        -------
+        dict
+            A copy of its record: test metrics, coverage curve, PSIS-LOO, the comparison with
+            the reference, its paths or the reference's verdict.
+
+        Raises
+        ------
+        SSGPError
+            When the comparison has no method ``label`` (its methods named).
+        """
         rec = next((r for r in self.records if r["method"] == label), None)
         if rec is None:
             raise SSGPError(f"no method {label!r} in this comparison; it has "
@@ -1337,12 +1459,26 @@ class Comparison:
         return copy.deepcopy(rec)
 
     def modes_figure(self):
-        """The modes panel (:func:`modes_figure`): each path of a multi-path fit and each mode of
-        the reference; None when there is neither."""
+        """The modes panel: each path of a multi-path fit and each mode of the reference.
+
+        Returns
+        -------
+        matplotlib.figure.Figure or None
+            One panel per multi-path fit (each path's weight as a bar, its LOO log score as a
+            dot) and one for the reference (each mode's share of the chains, its mean log
+            density), at most two a row; None when there is neither.
+        """
         return modes_figure(list(self.records), self.reference_label)
 
     def to_dict(self) -> dict:
-        """What ``comparison.json`` holds."""
+        """What ``comparison.json`` holds.
+
+        Returns
+        -------
+        dict
+            ``format``, ``model``, ``dataset``, ``split``, ``seed``, ``summary`` and
+            ``methods`` (a copy of `records`).
+        """
         return {"format": REPORT_FORMAT, "model": self.model, "dataset": self.dataset,
                 "split": self.split, "seed": self.seed, "summary": list(self.summary),
                 "methods": copy.deepcopy(list(self.records))}

@@ -129,7 +129,8 @@ def test_compare_gives_the_numbers_of_the_named_comparison(tmp_path):
     assert cmp.verdict == ("CONVERGED" if ref["converged"] else
                            "NOT CONVERGED: " + "; ".join(ref["reasons"]))
     assert cmp.reference_label == ("smc" if ref["converged"] else
-                                   f"smc (NOT CONVERGED, {ref['modes']} modes)")
+                                   f"smc (NOT CONVERGED, {ref['modes']} mode"
+                                   f"{'s' * (ref['modes'] != 1)})")
     post = cmp.posteriors["ncvmp"]
     assert post.metrics["nmse"] == pytest.approx(named["methods"][0]["nmse"], rel=1e-12)
     assert cmp.report == tmp_path / "api" / "report.html" and cmp.report.is_file()

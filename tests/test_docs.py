@@ -152,6 +152,10 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     assert "--encode" in cli and "--catalog" in cli and "--samples" in cli
     api = (site / "reference" / "api" / "index.html").read_text()
     assert "ssgp_ppl.api.fit" in api and "TableOptions" in api
+    # numpy docstrings: tables of parameters, returns and errors, no raw Sphinx role
+    assert api.count('doc-section-title">Parameters:') >= 40
+    assert api.count('doc-section-title">Returns:') >= 40 and 'doc-section-title">Raises:' in api
+    assert not re.search(r":(class|func|meth|data|attr|mod):`", api)
     # the results pages carry the archived figures, formatted from the JSON
     doc = json.loads((ROOT / "reports" / "catalog_metrics.json").read_text())
     results = (site / "results" / "catalog" / "index.html").read_text()
@@ -195,3 +199,80 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     page = (site / "results" / "m-scan" / "index.html").read_text()
     assert all(f"{r['nmse']:.3f} ({r['mnlp']:.2f})" in page for r in mscan["records"])
     assert mscan["memory"] and all(f"<td>{r['peak_rss_mb']:.0f}</td>" in page for r in mscan["memory"])
+
+
+# the pages whose ``::: object`` lines mkdocstrings renders from the docstrings
+API_PAGES = ["docs/reference/api.md"]
+ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|const):`")
+
+
+def _rendered(page: str) -> list[tuple[str, object, str | None]]:
+    """(path, Griffe object, member list or None) of every object ``page`` renders, and of each
+    member rendered with a class: those its ``members:`` option lists, else (mkdocstrings'
+    default) every public member with a docstring."""
+    import griffe
+
+    package = griffe.load("ssgp_ppl", search_paths=[str(ROOT)], docstring_parser="numpy")
+    text = (ROOT / page).read_text()
+    out = []
+    for path, options in re.findall(r"^::: (\S+)\n((?:    .*\n)*)", text, re.M):
+        obj = package[path.removeprefix("ssgp_ppl.")]
+        out.append((path, obj))
+        if obj.is_class:
+            listed = re.search(r"members: \[(.*)\]", options)
+            names = [m.strip() for m in listed.group(1).split(",")] if listed else [
+                n for n, m in obj.members.items() if not n.startswith("_") and m.docstring]
+            out += [(f"{path}.{n}", obj.all_members[n]) for n in names]
+    return out
+
+
+def _section_names(obj, *kinds: str) -> list[str]:
+    """The names a docstring's sections of these kinds list (``x, y``: both)."""
+    return [n.strip() for s in obj.docstring.parse("numpy") if s.kind.value in kinds
+            for p in s.value for n in p.name.split(",")]
+
+
+@pytest.mark.parametrize("page", API_PAGES)
+def test_api_pages_render_numpy_docstrings(page):
+    """Every function, class and member an API page renders has a numpy-style docstring, so the
+    page shows Parameters / Returns tables: no Sphinx roles (the docstring reads as the page
+    does); a function's Parameters name exactly its parameters, and one that returns something
+    has a Returns section; a class names every constructor argument under Parameters or
+    Attributes, and nothing it does not have."""
+    import importlib
+    import inspect
+
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    handler = next(p["mkdocstrings"] for p in config["plugins"] if isinstance(p, dict)
+                   and "mkdocstrings" in p)["handlers"]["python"]["options"]
+    assert handler["docstring_style"] == "numpy" and handler["merge_init_into_class"]
+    problems, functions, classes = [], 0, 0
+    for path, obj in _rendered(page):
+        if not obj.docstring:
+            problems.append(f"{path}: no docstring")
+            continue
+        if ROLE.search(obj.docstring.value):
+            problems.append(f"{path}: a Sphinx role ({ROLE.search(obj.docstring.value).group(0)}…)")
+        if obj.is_function and "property" not in obj.labels:
+            functions += 1
+            wanted = [p.name for p in obj.parameters if p.name not in ("self", "cls")]
+            given = _section_names(obj, "parameters")
+            if sorted(given) != sorted(wanted):
+                problems.append(f"{path}: Parameters {given}, signature {wanted}")
+            returns = obj.returns is not None and str(obj.returns) != "None"
+            if returns and not _section_names(obj, "returns"):
+                problems.append(f"{path}: returns {obj.returns} without a Returns section")
+        elif obj.is_class:
+            classes += 1
+            cls = getattr(importlib.import_module(obj.module.path), obj.name)
+            wanted = set(inspect.signature(cls).parameters)
+            given = _section_names(obj, "parameters", "attributes")
+            if not wanted <= set(given):
+                problems.append(f"{path}: {sorted(wanted - set(given))} not documented")
+            unknown = [n for n in given if n not in wanted and n not in obj.all_members]
+            if unknown:
+                problems.append(f"{path}: documents {unknown}, which it does not have")
+    assert not problems, "\n".join(problems)
+    assert functions >= 40 and classes >= 12  # the page's objects were found

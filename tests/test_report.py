@@ -2,6 +2,7 @@
 HTML embeds every plot; an unconverged reference is labelled wherever it is used."""
 
 import json
+import os
 import re
 from html import escape
 
@@ -170,3 +171,113 @@ def test_compare_own_data_names_its_columns(tmp_path):
     assert comp.to_dict()["summary"][1].startswith(
         f"Best test predictions: {report._label(best, comp.reference_label)}, MNLP "
         f"{best['mnlp']:.4g}")
+
+
+def test_modes_figure_is_legible_at_the_docs_width():
+    """Three panels (two multi-path fits and a reference with a long gold label) at most two a
+    row, each wide enough to read when the docs site scales the figure to its column; every
+    text at 11 points or more; no title or axis label runs into another."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ssgp_ppl.report import MODES_COLUMNS, modes_figure
+
+    paths = {"weights": [0.4, 0, 0, 0, 0.2, 0, 0.3, 0.1], "loo": list(np.linspace(-260, -215, 8)),
+             "combine": "stacking"}
+    records = [{"method": "svi", "paths": paths},
+               {"method": "smc-chains-stacked", "paths": {**paths, "weights": [0.5, 0, 0.5, 0],
+                                                          "loo": [-110, -150, -105, -135]}},
+               {"method": "smc", "reference": {"modes": 1, "mode_weights": [1.0],
+                                               "mode_log_density": [-330.0]}}]
+    label = ("gold reference (NOT CONVERGED, not attainable on this hardware; 4 runs, computed "
+             "2026-11-26, 59 min)")
+    fig = modes_figure(records, label)
+    panels = [ax for ax in fig.axes if ax.patches]  # the bar panels (twins and blanks have none)
+    assert len(panels) == 3 and MODES_COLUMNS == 2
+    width = fig.get_size_inches()[0]
+    assert width <= 12.5  # scaled by at most ~0.8 into a ~1000-pixel column at 100 dpi
+    assert len({round(ax.get_position().x0, 3) for ax in panels}) == MODES_COLUMNS
+    assert all(ax.get_position().width * width >= 4.0 for ax in panels)
+    fig.canvas.draw()
+    shown = [ax for ax in fig.axes if ax.axison]  # the panels and their twins, not the blank
+    assert len(shown) == 6
+    labels = [t for ax in shown for t in (ax.title, ax.xaxis.label, ax.yaxis.label)
+              if t.get_text()]
+    ticks = [t for ax in shown for t in (*ax.get_xticklabels(), *ax.get_yticklabels())
+             if t.get_text()]
+    assert min(t.get_fontsize() for t in labels) >= 12
+    assert min(t.get_fontsize() for t in ticks) >= 11
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), "a title or axis label runs into another"
+    titles = [ax.title.get_text() for ax in panels]
+    assert titles[2].endswith(": 1 mode") and "\n" in titles[2]  # the long label wrapped
+
+
+def _concise(when) -> set[str]:
+    """What a concise date tick may read at ``when``: its year, month, day or time of day."""
+    return {when.strftime(f) for f in ("%Y", "%b", "%d", "%H:%M", "%H:%M:%S")}
+
+
+def test_a_date_column_is_plotted_over_time(tmp_path):
+    """A CSV whose date column is read as days since 1970 (dates="numeric"): the table's encoding
+    keeps that it is a date, the fitted function's panel for it comes first on a date axis whose
+    tick labels name the dates at the ticks, the numeric input keeps a number axis, and the
+    predictive bands are drawn over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import pandas as pd
+    from matplotlib.ticker import ScalarFormatter
+
+    from ssgp_ppl import report
+    from ssgp_ppl.data.datasets import load
+    from ssgp_ppl.data.tables import TableOptions
+    from ssgp_ppl.pipeline import fit
+
+    rng = np.random.default_rng(0)
+    n = 80
+    week = pd.date_range("2021-01-04", periods=n, freq="7D")
+    temp = rng.uniform(0, 30, n)
+    sales = np.sin(np.arange(n) / 8) + 0.05 * temp + rng.normal(0, 0.1, n)
+    csv = tmp_path / "sales.csv"  # the date column second: its panel is moved first
+    pd.DataFrame({"temp": temp, "week": week.strftime("%Y-%m-%d"), "sales": sales}).to_csv(
+        csv, index=False)
+    data = load(csv, table=TableOptions(dates="numeric"))
+    assert [(c, k) for c, k, _ in data.encoding.columns] == [("temp", "numeric"), ("week", "date")]
+    post = fit(load_entry("ssgp").with_overrides(["ml.steps=100"]), data, progress=False)
+
+    fig, caption = report._function_figure([post], [{"method": post.method}], data)
+    ax_week, ax_temp = [ax for ax in fig.axes if ax.lines]
+    assert (ax_week.get_xlabel(), ax_temp.get_xlabel()) == ("week (date)", "temp")
+    assert "week is a date: its panel (the first) shows the fit over time" in caption
+    assert isinstance(ax_week.xaxis.get_major_formatter(), mdates.ConciseDateFormatter)
+    assert isinstance(ax_temp.xaxis.get_major_formatter(), ScalarFormatter)
+    fig.canvas.draw()
+    lo, hi = ax_week.get_xlim()
+    ticks = [(loc, t.get_text()) for loc, t in zip(ax_week.get_xticks(), ax_week.get_xticklabels(),
+                                                   strict=True) if lo <= loc <= hi]
+    assert len(ticks) >= 3
+    for loc, text in ticks:  # each label names the date at its tick
+        assert text in _concise(mdates.num2date(loc)), (text, mdates.num2date(loc))
+    assert any(t in {"2021", "2022"} for _, t in ticks)  # the years are read off the axis
+    # the data drawn is the CSV's dates (not days since 1970 shown as numbers)
+    dots = np.asarray(ax_week.lines[0].get_xdata())
+    assert dots.dtype.kind == "M"
+    assert set(dots.astype("datetime64[D]")) <= set(week.to_numpy().astype("datetime64[D]"))
+    first, last = mdates.date2num(week[0]), mdates.date2num(week[-1])
+    assert lo <= first < last <= hi and hi - lo < 1.2 * (last - first)
+
+    if os.environ.get("SSGP_PPL_TEST_FIGURES"):  # to look at them
+        fig.savefig(os.path.join(os.environ["SSGP_PPL_TEST_FIGURES"], "function.png"), dpi=90)
+    title, fig = report._bands_figure([post], [{"method": post.method}], data, "")
+    if os.environ.get("SSGP_PPL_TEST_FIGURES"):
+        fig.savefig(os.path.join(os.environ["SSGP_PPL_TEST_FIGURES"], "bands.png"), dpi=90)
+    assert "over time (against the date input week)" in title
+    ax = fig.axes[0]
+    assert isinstance(ax.xaxis.get_major_formatter(), mdates.ConciseDateFormatter)
+    t = np.asarray(ax.lines[0].get_xdata())
+    assert t.dtype.kind == "M" and (np.diff(t) >= np.timedelta64(0, "ns")).all()  # in time order

@@ -80,7 +80,33 @@ class Scaler(NamedTuple):
 
 
 class Dataset(NamedTuple):
-    """A train/test split, both standardised with the scalers fitted on the training split."""
+    """A train/test split, both standardised with the scalers fitted on the training split.
+
+    Returned by `load` (and `from_arrays`).
+
+    Attributes
+    ----------
+    name
+        The data set's name (a file's stem).
+    x_train, y_train
+        (n, d) inputs and (n,) targets of the training rows, standardised.
+    x_test, y_test
+        (n*, d) and (n*,) of the test rows, scaled with the training rows' scalers.
+    x_scaler, y_scaler
+        The scalers (``inverse`` maps back to original units; ``y_scaler.log``: the target is
+        log y).
+    feature_names
+        The input columns' names.
+    target_name
+        The target column's name.
+    split
+        The split index.
+    encoding
+        How a table's columns became the inputs (`TableEncoding`: which are dates, which
+        one-hot), None for a named data set or arrays.
+    preparation
+        What was done to the table: its options, the rows dropped, the encoded columns.
+    """
 
     name: str
     x_train: np.ndarray
@@ -129,19 +155,19 @@ def load(
     test: str | Path | pd.DataFrame | None = None,
     log_target: bool = False,
 ) -> Dataset:
-    """Load a named data set (see :data:`~ssgp_ppl.data.registry.KNOWN`) or a data file, split
-    and standardise it.
+    """Load a named data set (see `ssgp_ppl.data.registry.KNOWN`) or a data file, split and
+    standardise it.
 
     Parameters
     ----------
     name_or_path
-        A name from :func:`~ssgp_ppl.data.registry.known_datasets`, or a path to a
+        A name from `ssgp_ppl.data.registry.known_datasets`, or a path to a
         ``.csv``, ``.csv.gz``, ``.tsv``, ``.txt`` or ``.parquet`` file with a header row.
     split
         Split index ``K``; seeds ``np.random.default_rng(K)`` or picks test-mask column K.
     data_dir
         Directory holding the shared data (default
-        :func:`~ssgp_ppl.data.registry.default_data_dir`).
+        `ssgp_ppl.data.registry.default_data_dir`).
     target
         Target column of a data file (default: the last column).
     subsample
@@ -161,20 +187,30 @@ def load(
         exceeds ``threshold``, default the training split's median; for a binary
         likelihood) or ``"count"`` (raw non-negative integers, for a count likelihood);
         binary and count targets are not scaled.
+    threshold
+        The raw target value above which a binary target is 1 (default: the training split's
+        median); binary targets only.
     table
         For a data file or DataFrame, which columns and rows are used and how text and
-        date columns become inputs (:class:`~ssgp_ppl.data.tables.TableOptions`).
+        date columns become inputs (`TableOptions`).
     test
         A data file or DataFrame with the same columns: every row of the data is then a
         training row and these are the test rows (encoded as the training table was).
     log_target
         Model the logarithm of a positive continuous target: the y scaler standardises log y
-        (:class:`Scaler` with ``log``); a target value <= 0 is an error naming its row.
+        (`Scaler` with ``log``); a target value <= 0 is an error naming its row.
 
     Returns
     -------
     Dataset
         The training and test rows, standardised with the scalers fitted on the training rows.
+
+    Raises
+    ------
+    SSGPError
+        When the name is unknown (the known names listed), the file is missing or unreadable, a
+        column or option does not fit the table, or a value is not usable (named by its row and
+        column).
     """
     if target_kind not in ("continuous", "binary", "count"):
         raise SSGPError(f"target_kind must be continuous, binary or count, got {target_kind!r}")
@@ -246,9 +282,32 @@ def load(
 
 def frames(name: str, split: int = 0, *, data_dir: str | Path | None = None,
            subsample: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The training and test rows of a named data set in original units, as two DataFrames of
-    the input columns and the target (last): the rows :func:`load` and ``ssgp_ppl.fit(...,
-    data=name)`` use for the same ``split`` and ``subsample``."""
+    """The training and test rows of a named data set in original units.
+
+    Parameters
+    ----------
+    name
+        A named data set (`ssgp_ppl.data.registry.KNOWN` or an alias); a data file is read with
+        pandas instead.
+    split
+        The split index.
+    data_dir
+        Directory holding the shared data (default
+        `ssgp_ppl.data.registry.default_data_dir`).
+    subsample
+        Keep this many rows before splitting, as `load` does.
+
+    Returns
+    -------
+    tuple of pandas.DataFrame
+        (train, test): the input columns and the target (last), the rows `load` and
+        ``ssgp_ppl.fit(..., data=name)`` use for the same ``split`` and ``subsample``.
+
+    Raises
+    ------
+    SSGPError
+        When ``name`` is not a named data set.
+    """
     if not isinstance(name, str) or ALIASES.get(name.strip().lower(), name.strip().lower()) \
             not in KNOWN:
         raise SSGPError(f"frames takes a known data set name ({', '.join(KNOWN)}), got {name!r}; "

@@ -61,10 +61,31 @@ def frame(df: pd.DataFrame, where: str) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class TableOptions:
-    """How a table becomes inputs. ``inputs``: the input columns (default: every column but the
-    target and ``drop``); ``dropna``: drop rows with a missing value in a used column (else a
-    missing value is an error); ``encode="onehot"``: a categorical (text) column becomes one 0/1
-    input per category; ``dates="numeric"``: a date column becomes days since 1970-01-01."""
+    """How a table becomes inputs (``ssgp-ppl``'s ``--inputs``, ``--drop``, ``--dropna``,
+    ``--encode``, ``--dates``; the keywords of the same names of `ssgp_ppl.fit`).
+
+    Parameters
+    ----------
+    inputs
+        The input columns (default: every column but the target and ``drop``).
+    drop
+        Columns that are not inputs (not with ``inputs``).
+    dropna
+        Drop rows with a missing value in a used column (else a missing value is an error).
+    encode
+        ``"onehot"``: a categorical (text) column becomes one 0/1 input per category;
+        ``"none"``: a text column is an error naming this option.
+    dates
+        ``"numeric"``: a date column becomes days since 1970-01-01, and the encoding records
+        that it is a date (the report draws it on a date axis); ``"none"``: a date column is an
+        error naming this option.
+
+    Raises
+    ------
+    SSGPError
+        When an option has an unknown value, both ``inputs`` and ``drop`` are given, or a
+        column is listed twice.
+    """
 
     inputs: tuple[str, ...] | None = None
     drop: tuple[str, ...] = ()
@@ -90,7 +111,27 @@ class TableOptions:
 
     @classmethod
     def of(cls, inputs=None, drop=None, dropna=False, encode=None, dates=None) -> TableOptions:
-        """From the CLI / API forms: column lists as a sequence or one comma-separated string."""
+        """Options from the CLI / API forms.
+
+        Parameters
+        ----------
+        inputs, drop
+            Column lists: a sequence, or one comma-separated string (``"a,b"``); None for none.
+        dropna
+            As the class's.
+        encode, dates
+            As the class's; None for ``"none"``.
+
+        Returns
+        -------
+        TableOptions
+            The options.
+
+        Raises
+        ------
+        SSGPError
+            When a column list is empty, or as the class raises.
+        """
         def cols(v):
             if v is None:
                 return None
@@ -105,8 +146,16 @@ class TableOptions:
 
 @dataclass(frozen=True)
 class TableEncoding:
-    """The encoding fitted on the training table: per input column its kind (``numeric``,
-    ``date`` or ``onehot`` with its categories, sorted) and the target column."""
+    """The encoding fitted on the training table; saved with the posterior.
+
+    Parameters
+    ----------
+    columns
+        Per input column ``(name, kind, categories)``: kind ``numeric``, ``date`` (days since
+        1970-01-01 as the input) or ``onehot`` with its categories, sorted (empty otherwise).
+    target
+        The target column.
+    """
 
     columns: tuple[tuple[str, str, tuple[str, ...]], ...]
     target: str
@@ -121,10 +170,33 @@ class TableEncoding:
 
     def transform(self, df: pd.DataFrame, where: str, *, target: bool = True,
                   dropna: bool | None = False) -> tuple[np.ndarray, np.ndarray | None, int]:
-        """(x (n, d), y (n,) or None, rows dropped) of another table with this encoding.
-        ``dropna``: drop the rows with a missing value; False: refuse them, naming --dropna;
-        None: refuse them (the caller has no such option). A value that is not a number in a
-        numeric column is named by its row and column."""
+        """Encode another table (a test file, a DataFrame to predict) as the training table was.
+
+        Parameters
+        ----------
+        df
+            The table, with the input columns (and the target where ``target``).
+        where
+            What the errors call the table (``'test.csv'``).
+        target
+            Whether the table has the target column.
+        dropna
+            True: drop the rows with a missing value; False: refuse them, naming ``--dropna``;
+            None: refuse them (the caller has no such option).
+
+        Returns
+        -------
+        tuple
+            ``(x, y, dropped)``: the inputs (n, d), the targets (n,) or None, and the number of
+            rows dropped.
+
+        Raises
+        ------
+        SSGPError
+            When a column is missing, a value of a numeric column is not a number (named by its
+            row and column), a category was never seen in training, or a value is missing and
+            not dropped.
+        """
         df = frame(df, where)
         need = [c for c, _, _ in self.columns] + ([self.target] if target else [])
         missing = [c for c in need if c not in df.columns]
@@ -159,7 +231,23 @@ class TableEncoding:
 
     @classmethod
     def from_json(cls, text: str) -> TableEncoding:
-        """The encoding :meth:`to_json` wrote; anything else one SSGPError."""
+        """The encoding `to_json` wrote.
+
+        Parameters
+        ----------
+        text
+            The JSON text.
+
+        Returns
+        -------
+        TableEncoding
+            The encoding.
+
+        Raises
+        ------
+        SSGPError
+            When ``text`` is not an encoding `to_json` wrote.
+        """
         try:
             d = json.loads(text)
             columns = tuple((c[0], c[1], tuple(c[2])) for c in d["columns"])

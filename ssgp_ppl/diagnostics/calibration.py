@@ -274,10 +274,30 @@ RUNS_RHAT = 1.05  # rank R-hat of the scalar invariants with each SMC run as one
 
 
 def reference_health(dt: xr.DataTree, info) -> dict:
-    """The reference's verdict: :func:`nuts_health` of its (polishing) chains, the spread of the
-    chains' mean log density, the modes they sit in, and for a tempered-SMC reference the
-    run-to-run agreement (log evidence, scalar invariants). ``converged`` is True when every check
-    passes; otherwise ``reasons`` names each failed one in words."""
+    """The reference's verdict: whether its draws can be trusted as the posterior.
+
+    The checks: `nuts_health` of its (polishing) chains (rank R-hat below ``RHAT_BELOW``, bulk
+    and tail ESS at least ``ESS_MIN``, no divergence, BFMI at least ``BFMI_MIN``; Vehtari et al.
+    2021, Betancourt 2016), the spread of the chains' mean log density (at most
+    ``LOG_DENSITY_SPREAD`` nats), the modes they sit in, and for a tempered-SMC reference the
+    run-to-run agreement (log evidence within ``LOG_EVIDENCE_SPREAD`` nats, R-hat of the scalar
+    invariants across runs at most ``RUNS_RHAT``).
+
+    Parameters
+    ----------
+    dt
+        The reference's DataTree, with its ``sample_stats`` (``lp``) and ``invariants``.
+    info
+        Its `FitInfo` (the SMC runs' log evidence and temperatures), or None.
+
+    Returns
+    -------
+    dict
+        The diagnostics (``rhat_max``, ``ess_bulk_min``, ``ess_tail_min``, ``divergences``,
+        ``bfmi``, ``modes``, ``chain_mode``, ``mode_weights``, ``mode_log_density``, the SMC runs'
+        ``log_evidence``, …), ``converged`` (True when every check passes) and ``reasons`` (each
+        failed check in words).
+    """
     from ssgp_ppl.diagnostics.invariants import count_modes
 
     out = nuts_health(dt)

@@ -126,21 +126,38 @@ def target_hash(key: dict) -> str:
 
 @dataclass(frozen=True)
 class GoldReference:
-    """A stored gold reference: its folder, provenance (``gold.json``) and verdict."""
+    """A stored gold reference: its folder, provenance (``gold.json``) and verdict.
+
+    Parameters
+    ----------
+    path : Path
+        The reference's folder (``gold.json`` and ``posterior.nc``).
+    provenance : dict
+        ``gold.json`` as read: package version, target hash and key, data set and split, settings,
+        seeds, machine, wall time and the verdict.
+    """
 
     path: Path
     provenance: dict
 
     @property
     def verdict(self) -> dict:
+        """The verdict (`verdict`): every diagnostic, the reasons and ``converged``."""
         return self.provenance["verdict"]
 
     @property
     def converged(self) -> bool:
+        """True only when every criterion of the verdict holds (`criteria_text`)."""
         return bool(self.verdict["converged"])
 
     def label(self) -> str:
-        """'gold reference (CONVERGED; 4 runs, computed 2026-11-25, 41 min)'."""
+        """The reference's one-line label, as the comparison table shows it.
+
+        Returns
+        -------
+        str
+            For example ``gold reference (CONVERGED; 4 runs, computed 2026-11-25, 41 min)``.
+        """
         p = self.provenance
         state = "CONVERGED" if self.converged else "NOT CONVERGED"
         if not attainable(self.verdict):
@@ -149,8 +166,14 @@ class GoldReference:
                 f"{p['wall_seconds'] / 60:.0f} min)")
 
     def posterior(self):
-        """The stored :class:`~ssgp_ppl.posterior.Posterior` (each run one chain), with the runs'
-        log density as its sampler statistics (lp), as a sampler's posterior has them."""
+        """The stored posterior.
+
+        Returns
+        -------
+        Posterior
+            Each run one chain, with the runs' log density as its sampler statistics (``lp``), as
+            a sampler's posterior has them.
+        """
         import xarray as xr
 
         from ssgp_ppl.entry import from_saved
@@ -164,7 +187,24 @@ class GoldReference:
 
 
 def stored(root: Path | None = None) -> list[GoldReference]:
-    """Every gold reference under ``root`` (default :data:`GOLD_DIR`)."""
+    """Every gold reference stored under a folder.
+
+    Parameters
+    ----------
+    root : Path, optional
+        The folder holding one sub-folder per reference (default `GOLD_DIR`, the references
+        shipped with the package).
+
+    Returns
+    -------
+    list of GoldReference
+        Sorted by folder name.
+
+    Raises
+    ------
+    SSGPError
+        A ``gold.json`` that cannot be read, naming the file.
+    """
     root = GOLD_DIR if root is None else Path(root)
     out = []
     for f in sorted(root.glob("*/gold.json")):
@@ -265,8 +305,20 @@ def budget_needed(log_evidence_sd: float, particles: int, seconds: float) -> tup
 
 
 def attainable(v: dict) -> bool:
-    """False where verdict ``v`` says its runs would need more than :data:`ATTAINABLE_HOURS` of
-    the machine that computed them (:func:`budget_needed`)."""
+    """Whether a NOT CONVERGED reference could converge on the machine that computed it.
+
+    Parameters
+    ----------
+    v : dict
+        A reference's verdict.
+
+    Returns
+    -------
+    bool
+        False where, by the 1/N variance of log Ẑ (`budget_needed`), its runs would need more
+        than `ATTAINABLE_HOURS` hours of that machine: the reference is then labelled "not
+        attainable on this hardware".
+    """
     return not v.get("hours_needed", 0) > ATTAINABLE_HOURS
 
 

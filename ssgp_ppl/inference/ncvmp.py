@@ -105,10 +105,28 @@ class TanPrior(NamedTuple):
 
 
 def tan_prior(spec) -> TanPrior:
-    """The prior of an :class:`~ssgp_ppl.model.ssgp.SSGPSpec` in Tan et al. 2016's λ parameterisation.
+    """The prior of a model specification in Tan et al. 2016's λ parameterisation (§2).
 
-    The one check that a spec is Tan et al. 2016's model (the catalog calls it too): the first mismatch is
-    one :class:`SSGPError` naming the catalog key."""
+    The one check that a spec is Tan et al. 2016's model (the catalog calls it too).
+
+    Parameters
+    ----------
+    spec
+        An `SSGPSpec` (`CatalogEntry.spec`): ``parameterization = "scaled"``, a Gaussian
+        spectral density, a sampled nuisance, m >= 2, a normal prior on the inverse
+        lengthscales and half-Cauchy priors on the signal and noise.
+
+    Returns
+    -------
+    TanPrior
+        λ ~ N(μ⁰, Σ⁰), σ ~ HC(A_σ), γ ~ HC(A_γ): ``mu0`` (d,), ``sigma0`` (d, d), ``a_signal``,
+        ``a_noise``.
+
+    Raises
+    ------
+    SSGPError
+        At the first mismatch, naming the catalog key (``model.<key>``) and what it needs.
+    """
     lam = spec.inverse_lengthscales
     checks = [("parameterization", spec.parameterization == "scaled", "'scaled'"),
               ("spectral_density", spec.density.gaussian,
@@ -342,8 +360,29 @@ def lower_bound_eq12(n: int, m: int, state: NCVMPState, prior: TanPrior):
 
 
 class NCVMPSettings(NamedTuple):
-    """Algorithm settings (static under jit). ``restarts`` spectral sets are each run for
-    ``restart_iters`` iterations and the best bound is continued (Tan et al. 2016, §7)."""
+    """Settings of the NCVMP solver (static under jit); ``NCVMPSettings(max_iter=200)`` keeps the
+    other defaults.
+
+    Attributes
+    ----------
+    algorithm
+        1 or 2: Tan et al. 2016's Algorithm 1 (full steps) or 2 (adaptive step size).
+    rho
+        Algorithm 2's step-size factor ρ > 1: a cycle that raises the bound L is kept and
+        a ← ρa; one that does not is redone with a = 1 (step 6); a step whose Σ_λ is not
+        positive definite is shrunk a ← a/ρ (step 3(b)).
+    max_iter
+        Iterations at most (failed attempts of Algorithm 2 count, as in §4).
+    tol
+        Convergence: the relative increase of L below this.
+    restarts
+        Spectral sets tried (Tan et al. 2016, §7): each is run for ``restart_iters``
+        iterations and the best bound is continued.
+    restart_iters
+        Iterations of each restart before the best is chosen.
+    max_halvings
+        Step 3(b) reductions a ← a/ρ before an iteration is given up.
+    """
 
     algorithm: int = 2  # 1 | 2
     rho: float = 1.5
@@ -476,11 +515,34 @@ DEFAULT_SETTINGS = NCVMPSettings()
 @partial(jax.jit, static_argnames=("settings",))
 def fit_ncvmp(x, y, point_sets, prior: TanPrior, settings: NCVMPSettings = DEFAULT_SETTINGS,
               init: NCVMPState | None = None):
-    """Fit q by Algorithm 2 (or 1) with §7's start: each of the spectral sets ``point_sets``
-    (R, m, d) is run for ``restart_iters`` iterations, the best bound continues to convergence.
+    """Fit q(α) q(λ) q(σ) q(γ) by Tan et al. 2016's Algorithm 2 (or 1) with §7's start.
 
-    x (n, d) inputs, y (n,) centred targets. Vectorised over restarts (vmap); vmap this function
-    over neighbourhoods for local fits. ``init`` (with R = 1) starts from a given ϑ instead of §4's.
+    Each of the R spectral sets is run for ``settings.restart_iters`` iterations (vectorised over
+    the restarts with vmap) and the one with the best bound continues to convergence. Jitted;
+    vmap this function over neighbourhoods for local fits.
+
+    Parameters
+    ----------
+    x
+        (n, d) inputs, scaled.
+    y
+        (n,) centred targets.
+    point_sets
+        (R, m, d) standard spectral points s_r ~ N(0, I_d), one set per restart
+        (`spectral_sets`).
+    prior
+        The prior (`tan_prior`).
+    settings
+        The solver's settings (`NCVMPSettings`).
+    init
+        A starting ϑ (`NCVMPState`, with R = 1) instead of §4's initialisation.
+
+    Returns
+    -------
+    NCVMPResult
+        ``state`` (the variational parameters ϑ = {μ_α, Σ_α, μ_λ, Σ_λ, C_σ, C_γ}, α in block
+        order), ``bound`` (the final L), ``iterations``, ``converged``, ``bounds`` and
+        ``step_sizes`` per iteration, and ``points`` (the spectral set that won).
     """
     if init is not None:
         bound = lower_bound(x, y, point_sets[0], init, prior)

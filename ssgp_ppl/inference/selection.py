@@ -58,7 +58,26 @@ def validation_split(data: Dataset, fraction: float = VALIDATION_FRACTION, seed:
 
 
 class BetaSelection(NamedTuple):
-    """Outcome of :func:`select_beta`."""
+    """What `ssgp_ppl.select_beta` chose, and from which scores (Wei et al. 2021, §6.1).
+
+    Attributes
+    ----------
+    grid
+        The β values tried.
+    scores
+        One validation score per β: the mean negative log predictive density, or the mean
+        squared error for the square-loss DLM (``dlm_square``).
+    criterion
+        ``"nll"`` or ``"mse"``: which score.
+    beta
+        The β with the lowest score.
+    n_inner
+        The inner training rows each β was fitted on.
+    n_validation
+        The validation rows it was scored on.
+    seconds
+        The time all the fits took.
+    """
 
     grid: list[float]
     scores: list[float]  # validation mean NLL (or MSE for dlm_square), one per β

@@ -32,8 +32,15 @@ from ssgp_ppl.plugins import Registry
 class SpectralDensity:
     """A spectral density p(r | ℓ) of a stationary ARD kernel with unit signal variance.
 
-    A subclass sets :attr:`name` (the catalog's spelling) and :attr:`doc` (the kernel, one line),
-    declares its abilities and writes :meth:`frequency_distribution` and :meth:`kernel`.
+    A subclass sets `name` and `doc`, declares its abilities (`gaussian`, `loc_scale`) and
+    writes `frequency_distribution` and `kernel`; `register` adds an instance to the catalog.
+
+    Attributes
+    ----------
+    name
+        The catalog's spelling (``model.spectral_density``), an identifier.
+    doc
+        The kernel, one line (the catalog reference lists it).
     """
 
     name: str = ""
@@ -42,32 +49,106 @@ class SpectralDensity:
     """r | ℓ ~ N(0, diag(1/4π²ℓ²)): the prior the ``mixture`` guide's closed-form E_q log p(θ)
     (Nguyen & Bonilla 2014, supp. §4) and Tan et al. 2016's model (s_r ~ N(0, I), NCVMP) write."""
     loc_scale: bool = False
-    """:meth:`frequency_distribution` is a location-scale family NumPyro's ``LocScaleReparam``
+    """`frequency_distribution` is a location-scale family NumPyro's ``LocScaleReparam``
     decentres: θ = ε / 2πℓ with ε free of ℓ (non-centred NUTS, SMC and ``auto_*`` guides)."""
 
     def frequency_distribution(self, lengthscales, d: int) -> dist.Distribution:
-        """p(r | ℓ) of one frequency vector r: batch shape (), event shape (d,). ``lengthscales``:
-        (d,) or a scalar shared by the d inputs."""
+        """p(r | ℓ) of one frequency vector r.
+
+        Parameters
+        ----------
+        lengthscales
+            ℓ: (d,), or a scalar shared by the d inputs.
+        d
+            The number of inputs.
+
+        Returns
+        -------
+        numpyro.distributions.Distribution
+            Batch shape (), event shape (d,).
+        """
         raise NotImplementedError(f"{type(self).__name__}.frequency_distribution")
 
     def kernel(self, tau, lengthscales, signal=1.0):
-        """Exact kernel k(τ) (...,) at lags τ (..., d): σ_s² E_{r~p(r|ℓ)}[cos(2π rᵀτ)]."""
+        """The exact kernel at given lags: k(τ) = σ_s² E_{r~p(r|ℓ)}[cos(2π rᵀτ)].
+
+        Parameters
+        ----------
+        tau
+            (..., d) lags τ.
+        lengthscales
+            ℓ: (d,), or a scalar shared by the d inputs.
+        signal
+            The signal sd σ_s.
+
+        Returns
+        -------
+        jax.Array
+            (...,) k(τ).
+        """
         raise NotImplementedError(f"{type(self).__name__}.kernel")
 
     @staticmethod
     def frequency_scale(lengthscales, d: int):
-        """1 / 2πℓ (d,): the scale of r | ℓ when p(r | 1/2π) is the standard density."""
+        """The scale of r | ℓ when p(r | 1/2π) is the standard density.
+
+        Parameters
+        ----------
+        lengthscales
+            ℓ: (d,), or a scalar shared by the d inputs.
+        d
+            The number of inputs.
+
+        Returns
+        -------
+        jax.Array
+            (d,) 1 / 2πℓ.
+        """
         return jnp.broadcast_to(1.0 / (TWO_PI * jnp.asarray(lengthscales)), (d,))
 
     def log_density(self, r, lengthscales):
-        """log p(r | ℓ) (...,) at frequencies r (..., d): the log_prob of
-        :meth:`frequency_distribution`."""
+        """log p(r | ℓ) at given frequencies: the ``log_prob`` of `frequency_distribution`.
+
+        Parameters
+        ----------
+        r
+            (..., d) frequencies.
+        lengthscales
+            ℓ: (d,), or a scalar shared by the d inputs.
+
+        Returns
+        -------
+        jax.Array
+            (...,) log p(r | ℓ).
+        """
         r = jnp.asarray(r)
         return self.frequency_distribution(lengthscales, r.shape[-1]).log_prob(r)
 
     def standard_points(self, key, m: int, d: int, dtype=None):
-        """m standard spectral points s (m, d), in ω-units at unit lengthscales: s = 2πr,
-        r ~ p(r | ℓ = 1), so that r = s ⊙ λ / 2π (Tan et al. 2016, eq. 4)."""
+        """Standard spectral points in ω-units at unit lengthscales: s = 2πr, r ~ p(r | ℓ = 1),
+        so that r = s ⊙ λ / 2π (Tan et al. 2016, eq. 4).
+
+        Parameters
+        ----------
+        key
+            A JAX random key.
+        m
+            The number of points.
+        d
+            The number of inputs.
+        dtype
+            The points' dtype (default: JAX's float).
+
+        Returns
+        -------
+        jax.Array
+            (m, d) points s.
+
+        Raises
+        ------
+        SSGPError
+            When m < 1 or d < 1.
+        """
         _check_sizes(m, d)
         dtype = dtype or jnp.result_type(float)
         r = self.frequency_distribution(jnp.ones((), dtype), d).sample(key, (m,))
@@ -112,7 +193,21 @@ class SquaredExponential(SpectralDensity):
 class Matern(SpectralDensity):
     """Matérn ν: ω = 2πr follows the multivariate Student-t with 2ν degrees of freedom and scale
     diag(1/ℓ²) (Rasmussen & Williams 2006, eq. 4.15), any ν > 0; k(τ) is R&W 2006, eq. 4.14
-    (eq. 4.16 for half-integer ν). ``name`` defaults to ``matern{2ν}2`` for half-integer ν."""
+    (eq. 4.16 for half-integer ν).
+
+    Parameters
+    ----------
+    nu
+        ν > 0, finite.
+    name
+        The catalog's name; default ``matern{2ν}2`` for half-integer ν (``matern32``), else
+        ``matern_nu<ν>`` (``matern_nu1_2``).
+
+    Raises
+    ------
+    SSGPError
+        When ν is not a finite number > 0.
+    """
 
     def __init__(self, nu: float, name: str | None = None):
         if isinstance(nu, bool) or not isinstance(nu, int | float) or not math.isfinite(nu) \
@@ -147,7 +242,30 @@ class Matern(SpectralDensity):
             jax.ShapeDtypeStruct(z.shape, z.dtype), z, vmap_method="broadcast_all")
 
     def standard_points(self, key, m: int, d: int, dtype=None):
-        """s ~ t_{2ν}(0, I_d) = z / √(g / 2ν), z ~ N(0, I_d), g ~ χ²_{2ν} (one g per point)."""
+        """Standard spectral points s ~ t_{2ν}(0, I_d) = z / √(g / 2ν), z ~ N(0, I_d),
+        g ~ χ²_{2ν} (one g per point).
+
+        Parameters
+        ----------
+        key
+            A JAX random key.
+        m
+            The number of points.
+        d
+            The number of inputs.
+        dtype
+            The points' dtype (default: JAX's float).
+
+        Returns
+        -------
+        jax.Array
+            (m, d) points s.
+
+        Raises
+        ------
+        SSGPError
+            When m < 1 or d < 1.
+        """
         _check_sizes(m, d)
         dtype = dtype or jnp.result_type(float)
         kz, kg = jax.random.split(key)
@@ -194,8 +312,27 @@ DENSITIES: Registry[SpectralDensity] = Registry(
 
 
 def register(density: SpectralDensity) -> SpectralDensity:
-    """Add ``density`` to the registry: the catalog then accepts its name in
-    ``model.spectral_density`` (checked when an entry is loaded)."""
+    """Add a spectral density to the registry (``ssgp_ppl.register_density``).
+
+    The catalog then accepts its name in ``model.spectral_density`` (checked when an entry is
+    loaded); registering the same object again does nothing.
+
+    Parameters
+    ----------
+    density
+        An instance of a `SpectralDensity` subclass, its ``name`` an identifier.
+
+    Returns
+    -------
+    SpectralDensity
+        ``density``.
+
+    Raises
+    ------
+    SSGPError
+        When ``density`` is not a `SpectralDensity`, its name is not an identifier, or another
+        density has that name.
+    """
     return DENSITIES.register(density)
 
 

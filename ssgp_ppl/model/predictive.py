@@ -327,13 +327,27 @@ class Moments(NamedTuple):
 class Prediction(NamedTuple):
     """The predictive of y* at n* inputs, in the original units of the target.
 
-    ``mean``, ``var``: (n*,) moments of y*; ``mean_f``, ``var_f``, ``var_y``: (S, n*) per draw in
-    the model's standardised units; ``draws``: (S, n*) one y* draw per posterior draw (original
-    units); ``gaussian``: whether y* | draw is Gaussian (exact mixture quantiles); ``log``: the
-    model's target is log y (``y_scale``, ``y_shift`` map its standardised units to log y), so
-    y* | draw is log-normal, with ``mean``, ``var``, ``draws`` and the quantiles those of y*.
-    These per-draw arrays are what a prediction holds; its working set beyond them is bounded
-    (:func:`chunk_rows`).
+    Returned by `Posterior.predict`. The per-draw arrays are what a prediction holds; its working
+    set beyond them is bounded (`chunk_rows`).
+
+    Attributes
+    ----------
+    mean, var
+        (n*,) moments of y*.
+    mean_f, var_f, var_y
+        (S, n*) per posterior draw, in the model's standardised units: the mean and variance of
+        f*, and the likelihood's variance of y* given the draw.
+    draws
+        (S, n*) one y* draw per posterior draw (original units).
+    y_scale, y_shift
+        Map the model's standardised units to the target's (or to log y where ``log``).
+    gaussian
+        Whether y* | draw is Gaussian (then the interval is the mixture's exact quantiles).
+    extra
+        Method-specific arrays for the DataTree (the local fits of ``tan_local``), else None.
+    log
+        The model's target is log y: y* | draw is log-normal, with ``mean``, ``var``, ``draws``
+        and the quantiles those of y*.
     """
 
     mean: np.ndarray
@@ -349,7 +363,18 @@ class Prediction(NamedTuple):
     log: bool = False
 
     def modelled(self, y) -> np.ndarray:
-        """Targets ``y`` (original units) in the units the model fits: y, or log y."""
+        """Targets in the units the model fits.
+
+        Parameters
+        ----------
+        y
+            (n*,) targets in original units.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``y``, or log y where ``log``.
+        """
         y = np.asarray(y, np.float64)
         if not self.log:
             return y
@@ -357,9 +382,14 @@ class Prediction(NamedTuple):
             return np.log(y)
 
     def matched(self) -> tuple[np.ndarray, np.ndarray]:
-        """The predictive moment-matched to one Gaussian per point in the units the model fits:
-        (mean, var) of y*, or of log y* where ``log`` (a log target's y* | draw is Gaussian on
-        the log scale with mean ``mean_f``)."""
+        """The predictive moment-matched to one Gaussian per point, in the units the model fits.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            (mean, var), each (n*,): of y*, or of log y* where ``log`` (a log target's y* | draw
+            is Gaussian on the log scale with mean ``mean_f``).
+        """
         if not self.log:
             return self.mean, self.var
         mu = np.asarray(self.mean_f, np.float64)
@@ -368,10 +398,26 @@ class Prediction(NamedTuple):
         return m * self.y_scale + self.y_shift, v * self.y_scale**2
 
     def log_density(self, y) -> np.ndarray:
-        """log q(y*) (n*,) at targets ``y`` (original units): the log density of the predictive
-        mixture (1/S) Σ_s N(y*; mean_f[s], var_y[s]) in original units (− log ``y_scale``), and
-        for a log target that of log y* with the Jacobian − log y (a density of y*, so comparable
-        with a fit on y). Needs a Gaussian y* | draw."""
+        """The log density of the predictive mixture at observed targets.
+
+        Parameters
+        ----------
+        y
+            (n*,) targets in original units.
+
+        Returns
+        -------
+        numpy.ndarray
+            (n*,) log q(y*) of the mixture (1/S) Σ_s N(y*; mean_f[s], var_y[s]) in original
+            units (− log ``y_scale``); for a log target that of log y* with the Jacobian − log y
+            (a density of y*, so comparable with a fit on y).
+
+        Raises
+        ------
+        SSGPError
+            When y* | draw is not Gaussian (a non-Gaussian likelihood), or ``y`` does not have
+            the prediction's shape.
+        """
         from scipy.special import logsumexp
 
         if not self.gaussian:
@@ -391,8 +437,24 @@ class Prediction(NamedTuple):
         return out
 
     def interval(self, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-        """Central ``level`` interval of y* (n*,) each: the exact quantiles of the Gaussian mixture
-        (bisection, float64) for a Gaussian likelihood, else the empirical quantiles of ``draws``."""
+        """The central interval of y* at each point.
+
+        Parameters
+        ----------
+        level
+            The interval's probability, strictly between 0 and 1.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            (lower, upper), each (n*,): the exact quantiles of the Gaussian mixture (bisection,
+            float64) for a Gaussian likelihood, else the empirical quantiles of ``draws``.
+
+        Raises
+        ------
+        SSGPError
+            When ``level`` is not strictly between 0 and 1.
+        """
         if not 0.0 < level < 1.0:
             raise SSGPError(f"interval level must lie strictly between 0 and 1, got {level!r}")
         lo_p, hi_p = (1.0 - level) / 2.0, (1.0 + level) / 2.0

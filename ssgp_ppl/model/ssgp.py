@@ -241,10 +241,30 @@ def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mas
     """SSGP regression y = Φ_θ(x) s + ε, ε ~ N(0, σ_n²) (Hoang et al. 2017, eq. 3; Tan et al. 2016, eq. 5), or
     y ~ p(y | f = Φ_θ(x) s) under the entry's likelihood (Student-t, probit, Poisson; Wei et al. 2021, §2).
 
-    x: (b, d) inputs of this (mini)batch; y: (b,) targets or None; n_total: training-set size
-    when x is a minibatch (the batch likelihood is scaled by n_total / b); obs_mask: (b,) bool,
-    rows that count (padded partition blocks); obs_scale: explicit likelihood scale, e.g. p/a
-    when a of p partitions are drawn (Hoang et al. 2017, §4.1, eq. 7), overriding n_total / b.
+    The catalog's one NumPyro model; an entry binds its ``spec`` (`CatalogEntry.model`).
+
+    Parameters
+    ----------
+    x
+        (b, d) inputs of this (mini)batch, scaled.
+    y
+        (b,) targets, or None to sample them.
+    spec
+        The model's specification (`CatalogEntry.spec`): spectral points, density,
+        parameterisation, likelihood and each hyperparameter's role.
+    n_total
+        The training-set size when ``x`` is a minibatch: the batch likelihood is scaled by
+        n_total / b.
+    obs_mask
+        (b,) bool: the rows that count (padded partition blocks).
+    obs_scale
+        An explicit likelihood scale, e.g. p/a when a of p partitions are drawn (Hoang et al.
+        2017, §4.1, eq. 7), overriding n_total / b.
+
+    Raises
+    ------
+    SSGPError
+        When ``x`` does not have the spec's d columns.
     """
     b, d = x.shape
     if d != spec.d:

@@ -27,7 +27,35 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Method:
-    """Base class of the inference methods (see the module docstring)."""
+    """Base class of the inference methods: settings in, a `Posterior` out.
+
+    A method is an instance of a subclass in its own module of ``ssgp_ppl.inference.methods``,
+    registered once (``methods.register``; see [Adding a method](../adding-a-method.md)). A
+    subclass sets the class attributes below and writes `run`; the other methods have defaults.
+
+    Attributes
+    ----------
+    name
+        The method's name in the catalog (``inference.methods``) and on the command line.
+    Settings
+        A frozen dataclass of its ``[inference.<name>]`` catalog table, each field declared with
+        ``setting`` (type, default, doc, bounds); the catalog validates the table with it.
+    description
+        One line for ``ssgp-ppl models``.
+    checkpoints
+        Whether `run` honours a checkpoint (resume, Ctrl-C).
+    distributed
+        Whether it trains across processes under ``jax.distributed``.
+    reference
+        Whether it is the MCMC reference ``compare`` adds to an entry's methods.
+    provides
+        The `Handoff` fields its posterior fills for other methods.
+    accepts
+        The `Handoff` fields it uses when the entry's own method provides them.
+    budget
+        ``compare``'s budget flags (``steps``, ``samples``, ``chains``) -> the key of its
+        settings each sets.
+    """
 
     name: ClassVar[str]
     Settings: ClassVar[type[Settings]] = Settings
@@ -44,34 +72,115 @@ class Method:
         return self.Settings.of(entry, self.name)
 
     def table_schema(self, table: dict | None = None, src: str = "") -> dict:
-        """The schema the catalog validates this method's ``[inference.<name>]`` table with:
-        ``table`` as an entry in ``src`` writes it (errors name ``src``), or every key any entry
-        may write (None). Its ``Settings`` unless the table has sub-tables (``svi``'s guide)."""
+        """The schema the catalog validates this method's ``[inference.<name>]`` table with.
+
+        Parameters
+        ----------
+        table
+            The table as an entry writes it, or None for every key any entry may write.
+        src
+            The entry's file, named in the errors.
+
+        Returns
+        -------
+        dict
+            Key -> field; the ``Settings``' unless the table has sub-tables (``svi``'s guide).
+        """
         return self.Settings.schema()
 
     def check(self, entry: CatalogEntry, src: str) -> None:
-        """Raise one SSGPError naming ``src`` and the key when ``entry`` cannot use this method."""
+        """Check that ``entry`` can use this method (likelihood, latent sites, …).
+
+        Parameters
+        ----------
+        entry
+            The catalog entry.
+        src
+            The entry's file, named in the error.
+
+        Raises
+        ------
+        SSGPError
+            One error naming ``src`` and the key, when ``entry`` cannot use this method.
+        """
 
     def requires(self, entry: CatalogEntry) -> tuple[str, ...]:
-        """Handoff fields this method needs from the entry's own method's fit."""
+        """What this method needs from the fit of the entry's own method.
+
+        Parameters
+        ----------
+        entry
+            The catalog entry.
+
+        Returns
+        -------
+        tuple of str
+            `Handoff` fields (``type2``, ``spectral_points``, …), passed in to `run` as
+            ``inputs``.
+        """
         return ()
 
     def objective_label(self, entry: CatalogEntry) -> str:
-        """What the method optimises or samples, for `ssgp-ppl models`."""
+        """What the method optimises or samples, for ``ssgp-ppl models``.
+
+        Parameters
+        ----------
+        entry
+            The catalog entry.
+
+        Returns
+        -------
+        str
+            One short phrase (empty by default).
+        """
         return ""
 
     def paths(self, entry: CatalogEntry) -> tuple[int, str]:
-        """(K, combine): how many runs from dispersed starts the entry asks for and how they
-        combine (:mod:`ssgp_ppl.inference.paths`); one run unless the method has ``paths`` settings."""
+        """How many runs from dispersed starts the entry asks for, and how they combine.
+
+        Parameters
+        ----------
+        entry
+            The catalog entry.
+
+        Returns
+        -------
+        tuple
+            ``(K, combine)``: the number of paths and ``"stacking"`` or another rule of
+            ``ssgp_ppl.inference.paths``; one run unless the method has ``paths`` settings.
+        """
         return 1, "stacking"
 
     def run_paths(self, starts: list[tuple], data: Dataset, *, seed: int = 0,
                   steps: int | None = None, progress: bool = True, checkpoint=None,
                   client=None) -> list[Posterior]:
-        """One :meth:`run` per (entry, Handoff) of ``starts`` (path k's seed
-        :func:`ssgp_ppl.inference.paths.path_seed`, its own
-        checkpoint, :func:`ssgp_ppl.inference.paths.path_checkpoint`); stops after a path interrupted by
-        Ctrl-C. A method may run its paths together (``svi``: vectorised in one jit)."""
+        """Run each path of a multi-path fit: one `run` per start.
+
+        A method may run its paths together (``svi``: vectorised in one jit).
+
+        Parameters
+        ----------
+        starts
+            ``(entry, Handoff)`` per path (`path_starts`).
+        data
+            The training and test rows.
+        seed
+            The fit's seed; path k runs with ``ssgp_ppl.inference.paths.path_seed(seed, k)``.
+        steps
+            SVI/ML steps or NCVMP iterations (default: the entry's).
+        progress
+            Show progress on stderr.
+        checkpoint
+            The fit's checkpoint; path k has its own
+            (``ssgp_ppl.inference.paths.path_checkpoint``).
+        client
+            A ``distributed.Client`` to run on.
+
+        Returns
+        -------
+        list of Posterior
+            One per path run; the list stops after a path interrupted by Ctrl-C.
+        """
         from ssgp_ppl.inference.paths import path_checkpoint, path_seed
 
         out = []
@@ -86,24 +195,93 @@ class Method:
 
     def path_starts(self, entry: CatalogEntry, data: Dataset, count: int, *, seed: int = 0,
                     inputs: Handoff) -> list[tuple]:
-        """(entry, Handoff) where each of ``count`` paths of a multi-path fit starts
-        (default: :func:`ssgp_ppl.inference.paths.dispersed_starts`)."""
+        """Where each path of a multi-path fit starts.
+
+        Parameters
+        ----------
+        entry
+            The catalog entry.
+        data
+            The training rows the starts are drawn for.
+        count
+            The number of paths.
+        seed
+            The random seed.
+        inputs
+            The hand-over from the entry's own method.
+
+        Returns
+        -------
+        list of tuple
+            ``(entry, Handoff)`` per path (default: ``ssgp_ppl.inference.paths.dispersed_starts``).
+        """
         from ssgp_ppl.inference.paths import dispersed_starts
 
         return dispersed_starts(entry, data, count, seed=seed, inputs=inputs)
 
     def guide_label(self, entry: CatalogEntry) -> str | None:
-        """The guide it fits, where it fits one."""
+        """The guide it fits, where it fits one.
+
+        Parameters
+        ----------
+        entry
+            The catalog entry.
+
+        Returns
+        -------
+        str or None
+            The guide's label, None for a method without a guide.
+        """
         return None
 
     def draws(self, entry: CatalogEntry, n: int) -> int:
-        """The posterior draws S a fit on n training rows predicts with (one run; a multi-path
-        mixture has :data:`~ssgp_ppl.inference.paths.MIXTURE_DRAWS`): the entry's predictive samples."""
+        """The posterior draws S one run predicts with.
+
+        Parameters
+        ----------
+        entry
+            The catalog entry.
+        n
+            The number of training rows.
+
+        Returns
+        -------
+        int
+            The entry's predictive samples by default; a sampler's chains × samples. A
+            multi-path mixture has ``ssgp_ppl.inference.paths.MIXTURE_DRAWS``.
+        """
         return int(entry.config["predictive"]["samples"])
 
     def run(self, entry: CatalogEntry, data: Dataset, *, seed: int = 0, steps: int | None = None,
             progress: bool = True, inputs: Handoff | None = None, checkpoint=None,
             client=None) -> Posterior:
+        """Fit ``entry`` on ``data``: what every subclass writes.
+
+        Parameters
+        ----------
+        entry
+            The catalog entry (its ``[inference.<name>]`` table via ``self.settings(entry)``).
+        data
+            The training and test rows, standardised.
+        seed
+            The random seed.
+        steps
+            SVI/ML steps or NCVMP iterations (default: the entry's); None for a sampler.
+        progress
+            Show progress on stderr.
+        inputs
+            The hand-over from the entry's own method (the fields of `requires`).
+        checkpoint
+            Where to save and resume, for a method with ``checkpoints``.
+        client
+            A ``distributed.Client`` to run on.
+
+        Returns
+        -------
+        Posterior
+            The draws, the predictive rule and the method's info; the pipeline adds the test
+            scores and the DataTree.
+        """
         raise NotImplementedError
 
 
