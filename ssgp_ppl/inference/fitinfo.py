@@ -81,11 +81,13 @@ class SMCInfo(MethodInfo):
 
 @dataclass(frozen=True, kw_only=True)
 class NCVMPInfo(MethodInfo):
-    """``ncvmp``: Tan et al. 2016's algorithm (1 or 2) and the final bound."""
+    """``ncvmp``: Tan et al. 2016's algorithm (1 or 2), the final bound, and whether an
+    unconverged fit stopped at its iteration budget (False: no step size raised the bound)."""
 
     kind: ClassVar[str] = "ncvmp"
     algorithm: int | None = None
     bound: float | None = None
+    budget_reached: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,8 +146,11 @@ def stop_text(info: FitInfo) -> str | None:
     if info.interrupted:
         return f"stopped by {info.stop_signal or 'SIGINT'} at step {info.steps}"
     if isinstance(info.method, NCVMPInfo):  # NCVMP's bound-based rule
-        return ("converged (relative increase of the bound below its tolerance)" if info.converged
-                else "stopped by the iteration budget before the bound converged")
+        if info.converged:
+            return "converged (relative increase of the bound below its tolerance)"
+        if info.method.budget_reached is False:
+            return "stopped before the bound converged: no step size raised it"
+        return "stopped by the iteration budget before the bound converged"
     r = info.reading
     if r is None or r.improvement is None:
         return ("converged" if info.converged else "stopped by the step budget") + \
