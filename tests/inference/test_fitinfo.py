@@ -52,6 +52,7 @@ INFOS = [
     FitInfo(steps=9, converged=False, method=NCVMPInfo(algorithm=2, bound=-4.0,
                                                        budget_reached=False)),
     FitInfo(method=LocalInfo(k=20, adapt=False)),
+    FitInfo(converged=False, method=LocalInfo(k=20, adapt=True, fits=8, unconverged=1)),
 ]
 
 
@@ -81,6 +82,7 @@ def test_a_flat_table_maps_each_field_to_its_type():
     assert ncvmp.method == NCVMPInfo(algorithm=1, bound=-4.0)
     assert stop_text(ncvmp) == "stopped by the iteration budget before the bound converged"
     assert stop_text(INFOS[5]) == "stopped before the bound converged: no step size raised it"
+    assert stop_text(INFOS[7]) == "1 of the 8 local fits stopped before their bound converged"
     assert info_from_flat({"k": 30, "adapt": True}, "local").method == LocalInfo(k=30, adapt=True)
     assert info_from_flat({"steps": 5}, "a_plug_in").method is None
 
