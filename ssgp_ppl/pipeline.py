@@ -32,7 +32,7 @@ from ssgp_ppl.diagnostics.metrics import (
 from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import PrecisionWarning, SSGPError, check_seed
 from ssgp_ppl.inference import methods, paths
-from ssgp_ppl.inference.fitinfo import StopReading, SVIInfo, stop_text
+from ssgp_ppl.inference.fitinfo import FitInfo, LocalInfo, StopReading, SVIInfo, stop_text
 from ssgp_ppl.model.linalg import check_finite, resolution
 from ssgp_ppl.model.predictive import check_test_inputs
 from ssgp_ppl.posterior import Handoff, Posterior
@@ -144,6 +144,20 @@ def check_precision(post: Posterior, data: Dataset) -> Posterior:
         jitter=res.jitter if factors else None))
 
 
+def _local_convergence(info: FitInfo, pred) -> FitInfo:
+    """``info`` of the local fits with what their predictions report: converged when every
+    local fit (M₁ and M₂ of each test point) converged by NCVMP's bound rule, and how many did not
+    (``info`` as it is without test predictions or a LocalInfo)."""
+    extra = {} if pred is None else pred.extra or {}
+    if "converged" not in extra or not isinstance(info.method, LocalInfo):
+        return info
+    own = np.ravel(extra["converged"]).astype(bool)
+    flags = own if not info.method.adapt else np.concatenate(
+        [own, np.ravel(extra["converged_euclidean"]).astype(bool)])
+    return dataclasses.replace(info, converged=bool(flags.all()), method=dataclasses.replace(
+        info.method, fits=int(flags.size), unconverged=int(np.sum(~flags))))
+
+
 def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
              progress: bool = False) -> Posterior:
     """``post`` with its test-split prediction, scores (original units) and DataTree (without the
@@ -209,9 +223,11 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
     if data.preparation is not None:  # a user's table: columns, rows dropped, encodings
         dt.attrs["data_preparation"] = json.dumps(data.preparation)
     fit_seconds = post.info.fit_seconds
+    info = post.info
     if post.rule.fits_at_prediction:  # the local fits are the fit, even though predict runs them
         fit_seconds, predict_seconds = fit_seconds + predict_seconds, 0.0
-    info = dataclasses.replace(post.info, fit_seconds=fit_seconds, predict_seconds=predict_seconds,
+        info = _local_convergence(info, pred)
+    info = dataclasses.replace(info, fit_seconds=fit_seconds, predict_seconds=predict_seconds,
                                loo_seconds=post.info.loo_seconds + loo_seconds)
     dt.attrs.update(datatree.stop_attrs(info))
     dt.attrs.update(datatree.precision_attrs(info))

@@ -26,6 +26,8 @@ DIMS = {
     "bound": ["test"],
     "iterations": ["test"],
     "f_mean_euclidean": ["test"],
+    "converged": ["test"],
+    "converged_euclidean": ["test"],
     "y": ["obs"],
     "f_mean": ["test"],
     "f_var": ["test"],
@@ -56,7 +58,8 @@ UNITS = {
     "loo_log_weights": "Pareto-smoothed log importance weights of each draw for each left-out "
                        "training row, and their Pareto k",
     "local_fits": "per test point, its local fit (Tan et al. 2016, §6): q(λ) means on the scaled "
-                  "inputs, lower bound and iterations; f_mean_euclidean in standardised units",
+                  "inputs, lower bound, iterations and whether the bound converged (converged_euclidean: "
+                  "the Euclidean fit M1's); f_mean_euclidean in standardised units",
 }
 
 

@@ -81,20 +81,26 @@ class SMCInfo(MethodInfo):
 
 @dataclass(frozen=True, kw_only=True)
 class NCVMPInfo(MethodInfo):
-    """``ncvmp``: Tan et al. 2016's algorithm (1 or 2) and the final bound."""
+    """``ncvmp``: Tan et al. 2016's algorithm (1 or 2), the final bound, and whether an
+    unconverged fit stopped at its iteration budget (False: no step size raised the bound)."""
 
     kind: ClassVar[str] = "ncvmp"
     algorithm: int | None = None
     bound: float | None = None
+    budget_reached: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class LocalInfo(MethodInfo):
-    """``local``: neighbours per test point and whether the neighbourhoods adapt."""
+    """``local``: neighbours per test point, whether the neighbourhoods adapt, and, once test
+    points are predicted, the local fits run (two per point when they adapt) and how many of them
+    stopped before NCVMP's bound rule said converged."""
 
     kind: ClassVar[str] = "local"
     k: int | None = None
     adapt: bool | None = None
+    fits: int | None = None
+    unconverged: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +129,8 @@ class FitInfo:
     predict_seconds: float = 0.0
     loo_seconds: float = 0.0  # densities and pointwise log-likelihoods for PSIS-LOO
     steps: int | None = None  # SVI/ML steps, NCVMP iterations
-    converged: bool | None = None  # SVI / type-II: by the runners' stop rule; NCVMP: its bound
+    converged: bool | None = None  # SVI / type-II: by the runners' stop rule; NCVMP: its bound;
+    # local: every local fit's bound (known once test points are predicted)
     reading: StopReading | None = None  # SVI / type-II: the stop rule's last reading
     interrupted: bool | None = None  # stopped by Ctrl-C after a whole chunk (checkpointed fits)
     stop_signal: str | None = None  # the signal that stopped it (SIGINT, SIGTERM, SIGHUP)
@@ -143,9 +150,17 @@ def stop_text(info: FitInfo) -> str | None:
         return None
     if info.interrupted:
         return f"stopped by {info.stop_signal or 'SIGINT'} at step {info.steps}"
+    if isinstance(info.method, LocalInfo):  # NCVMP's rule in each local fit
+        m = info.method
+        return (f"converged (the bound of each of the {m.fits} local fits)" if info.converged
+                else f"{m.unconverged} of the {m.fits} local fits stopped before their bound "
+                "converged")
     if isinstance(info.method, NCVMPInfo):  # NCVMP's bound-based rule
-        return ("converged (relative increase of the bound below its tolerance)" if info.converged
-                else "stopped by the iteration budget before the bound converged")
+        if info.converged:
+            return "converged (relative increase of the bound below its tolerance)"
+        if info.method.budget_reached is False:
+            return "stopped before the bound converged: no step size raised it"
+        return "stopped by the iteration budget before the bound converged"
     r = info.reading
     if r is None or r.improvement is None:
         return ("converged" if info.converged else "stopped by the step budget") + \

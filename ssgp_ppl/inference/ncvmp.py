@@ -370,7 +370,8 @@ class NCVMPSettings(NamedTuple):
     rho
         Algorithm 2's step-size factor ρ > 1: a cycle that raises the bound L is kept and
         a ← ρa; one that does not is redone with a = 1 (step 6); a step whose Σ_λ is not
-        positive definite is shrunk a ← a/ρ (step 3(b)).
+        positive definite is shrunk a ← a/ρ (step 3(b)). Where the cycle with a = 1 lowers L
+        by more than the tolerance too, it is redone with a ← a/ρ until one raises L.
     max_iter
         Iterations at most (failed attempts of Algorithm 2 count, as in §4).
     tol
@@ -381,7 +382,8 @@ class NCVMPSettings(NamedTuple):
     restart_iters
         Iterations of each restart before the best is chosen.
     max_halvings
-        Step 3(b) reductions a ← a/ρ before an iteration is given up.
+        Step 3(b) reductions a ← a/ρ before an iteration is given up; a below ρ^-max_halvings
+        ends the damping of a cycle that lowers L (the fit stops unconverged).
     """
 
     algorithm: int = 2  # 1 | 2
@@ -401,6 +403,8 @@ class NCVMPResult(NamedTuple):
     bounds: jax.Array  # (max_iter + 1,) L after each iteration (NaN after the end)
     step_sizes: jax.Array  # (max_iter + 1,) a_t used at each iteration
     points: jax.Array  # (m, d) the spectral points used (the restart that won)
+    budget_reached: jax.Array | None = None  # stopped by max_iter (else by convergence or
+    # because no step size raised L)
 
 
 def init_state(x, y, points, prior: TanPrior) -> NCVMPState:
@@ -473,9 +477,13 @@ def _iterate(x, y, points, state, bound, prior, settings: NCVMPSettings, max_ite
     """Algorithm 2 (or 1) from ``state`` for at most ``max_iter`` iterations.
 
     Algorithm 2, step 6: a cycle that raises L is kept and a ← ρa; one that does not is discarded,
-    a ← 1 and the cycle is redone from the same state (counted as an iteration, §4). When a cycle
-    with a = 1 fails to raise L the algorithm stops at the last state that raised it (Algorithm 1's
-    stopping rule). Convergence: relative increase of L below ``tol``.
+    a ← 1 and the cycle is redone from the same state (counted as an iteration, §4). When the cycle
+    with a = 1 changes L by less than the tolerance without raising it, the algorithm stops there,
+    converged (Algorithm 1's stopping rule). When it lowers L by more (a full step can overshoot:
+    NCVMP's updates of λ need not raise L), the cycle is redone with a ← a/ρ, as step 3(b) does,
+    until one raises L; the step then grows by ρ again. Convergence: relative increase of L below
+    ``tol`` in a cycle with a ≥ 1 (a damped step's small change says nothing about the full one).
+    Algorithm 1 stops where a cycle fails to raise L.
     """
     dt = x.dtype
     nan = jnp.full((max_iter + 1,), jnp.nan, dt)
@@ -495,13 +503,17 @@ def _iterate(x, y, points, state, bound, prior, settings: NCVMPSettings, max_ite
         t = c.t + 1
         state = jax.tree.map(lambda u, v: jnp.where(better, u, v), new, c.state)
         bound = jnp.where(better, new_bound, c.bound)
+        full = c.a >= 1.0  # Algorithm 2's own step (1 or grown by ρ), not a damped one
         if settings.algorithm == 2:
-            a_next = jnp.where(better, settings.rho * a_used, 1.0)
-            stop_fail = (~better) & (a_used <= 1.0)
+            lowered = (~better) & (a_used <= 1.0)  # the retry with a = 1 (or a damped one) failed
+            damp = lowered & ~(full & small) & (a_used > settings.rho ** -settings.max_halvings)
+            a_next = jnp.where(better, settings.rho * a_used, jnp.where(damp, a_used / settings.rho,
+                                                                         1.0))
+            stop_fail = lowered & ~damp
         else:
             a_next = jnp.asarray(1.0, dt)
             stop_fail = ~better
-        converged = (better & small) | (stop_fail & small)
+        converged = full & small & (better | stop_fail)
         done = (converged | stop_fail) if use_tol else jnp.asarray(False)
         return _Loop(state, bound, a_next, t, done, converged & use_tol,
                      c.bounds.at[t].set(bound), c.steps.at[t].set(a_used))
@@ -548,7 +560,7 @@ def fit_ncvmp(x, y, point_sets, prior: TanPrior, settings: NCVMPSettings = DEFAU
         bound = lower_bound(x, y, point_sets[0], init, prior)
         loop = _iterate(x, y, point_sets[0], init, bound, prior, settings, settings.max_iter)
         return NCVMPResult(loop.state, loop.bound, loop.t, loop.converged, loop.bounds, loop.steps,
-                           point_sets[0])
+                           point_sets[0], ~loop.done)
 
     def start(points):
         state = init_state(x, y, points, prior)
@@ -568,7 +580,7 @@ def fit_ncvmp(x, y, point_sets, prior: TanPrior, settings: NCVMPSettings = DEFAU
         bound, t0 = lower_bound(x, y, points, state, prior), jnp.asarray(0)
     loop = _iterate(x, y, points, state, bound, prior, settings, settings.max_iter)
     return NCVMPResult(loop.state, loop.bound, loop.t + t0, loop.converged, loop.bounds,
-                       loop.steps, points)
+                       loop.steps, points, ~loop.done)
 
 
 def spectral_sets(key, restarts: int, m: int, d: int, dtype=None):

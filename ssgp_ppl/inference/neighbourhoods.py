@@ -40,18 +40,21 @@ class LocalResult(NamedTuple):
     bound: np.ndarray  # L of the fit predicted from
     iterations: np.ndarray
     neighbours: np.ndarray  # (n*, k) training rows of the fit predicted from
+    converged: np.ndarray  # (n*,) bool: the fit predicted from converged by NCVMP's bound rule
+    converged_euclidean: np.ndarray  # (n*,) bool: M₁ converged (its μ_λ picks M₂'s neighbours)
 
 
 @partial(jax.jit, static_argnames=("settings",))
 def _fit_batch(xs, ys, sets, xq, prior, settings):
     """Algorithm 2 on a batch of neighbourhoods (B, k, d), (B, k) with spectral sets (B, R, m, d);
-    returns the predictive at xq (B, d) and the fits' μ_λ, bound and iteration count."""
+    returns the predictive at xq (B, d) and the fits' μ_λ, bound, iteration count and whether
+    each converged."""
 
     def one(x, y, pts, q):
         ybar = jnp.mean(y)
         res = ncvmp.fit_ncvmp(x, y - ybar, pts, prior, settings)
         mean, var = ncvmp.predictive(res.state, res.points, q[None], x.shape[0], prior)
-        return mean[0] + ybar, var[0], res.state.mu_lambda, res.bound, res.iterations
+        return mean[0] + ybar, var[0], res.state.mu_lambda, res.bound, res.iterations, res.converged
 
     return jax.vmap(one)(xs, ys, sets, xq)
 
@@ -137,16 +140,16 @@ def local_predict(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k:
 
         bar = tqdm(total=n_star * (2 if adapt else 1), desc=desc, unit="fit")
     try:
-        mean1, var1, lam1, bound1, it1 = run(idx1, 0, bar)
+        mean1, var1, lam1, bound1, it1, conv1 = run(idx1, 0, bar)
         if adapt:
             idx2 = weighted_neighbours(x_train, x_test, lam1**2, k)
-            mean2, var2, lam2, bound2, it2 = run(idx2, 1, bar)
+            mean2, var2, lam2, bound2, it2, conv2 = run(idx2, 1, bar)
         else:
-            idx2, mean2, var2, lam2, bound2, it2 = idx1, mean1, var1, lam1, bound1, it1
+            idx2, mean2, var2, lam2, bound2, it2, conv2 = idx1, mean1, var1, lam1, bound1, it1, conv1
     finally:
         if bar is not None:
             bar.close()
-    return LocalResult(mean2, var2, mean1, var1, lam1, lam2, bound2, it2, idx2)
+    return LocalResult(mean2, var2, mean1, var1, lam1, lam2, bound2, it2, idx2, conv2, conv1)
 
 
 __all__ = ["LocalResult", "local_predict", "weighted_neighbours"]

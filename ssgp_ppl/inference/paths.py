@@ -247,8 +247,10 @@ def combine(paths: list[Posterior], data, how: str, *, seconds: float | None = N
             if p.info.reading is not None and p.info.reading.improvement is not None]
     worst = max(read, key=lambda r: r.improvement + 2 * (r.improvement_se or 0.0),
                 default=first.info.reading)
+    # how an unconverged fit stopped is told by its first unconverged path (NCVMP: budget or not)
+    stopped = next((p.info for p in paths if p.info.converged is False), first.info)
     info = dataclasses.replace(
-        first.info, converged=all(conv) if conv else None, reading=worst,
+        first.info, converged=all(conv) if conv else None, reading=worst, method=stopped.method,
         fit_seconds=sum(p.info.fit_seconds for p in paths) if seconds is None else seconds,
         loo_seconds=sum(p.info.loo_seconds for p in paths),
         paths=PathsInfo(

@@ -684,7 +684,8 @@ class LocalFitsRule:
                                             client=client, **kw)
         fits = {"mu_lambda_euclidean": out.mu_lambda_euclidean, "mu_lambda": out.mu_lambda,
                 "bound": out.bound, "iterations": out.iterations,
-                "f_mean_euclidean": out.mean_euclidean}  # the DataTree's local_fits group
+                "f_mean_euclidean": out.mean_euclidean, "converged": out.converged,
+                "converged_euclidean": out.converged_euclidean}  # the DataTree's local_fits group
         return Moments(np.asarray(out.mean)[None], np.asarray(out.var)[None], None,
                        extra={k: np.asarray(v)[None, None] for k, v in fits.items()})
 

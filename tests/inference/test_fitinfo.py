@@ -49,7 +49,10 @@ INFOS = [
     FitInfo(method=SMCInfo(log_evidence=(-10.0, -10.5), temperatures=(12, 13), smc_seconds=2.0,
                            particles=64, collapsed=True, runs_rhat=1.01, divergences=0)),
     FitInfo(steps=17, converged=True, method=NCVMPInfo(algorithm=2, bound=-123.5)),
+    FitInfo(steps=9, converged=False, method=NCVMPInfo(algorithm=2, bound=-4.0,
+                                                       budget_reached=False)),
     FitInfo(method=LocalInfo(k=20, adapt=False)),
+    FitInfo(converged=False, method=LocalInfo(k=20, adapt=True, fits=8, unconverged=1)),
 ]
 
 
@@ -78,6 +81,8 @@ def test_a_flat_table_maps_each_field_to_its_type():
     ncvmp = info_from_flat({"steps": 9, "converged": False, "algorithm": 1, "bound": -4.0}, "ncvmp")
     assert ncvmp.method == NCVMPInfo(algorithm=1, bound=-4.0)
     assert stop_text(ncvmp) == "stopped by the iteration budget before the bound converged"
+    assert stop_text(INFOS[5]) == "stopped before the bound converged: no step size raised it"
+    assert stop_text(INFOS[7]) == "1 of the 8 local fits stopped before their bound converged"
     assert info_from_flat({"k": 30, "adapt": True}, "local").method == LocalInfo(k=30, adapt=True)
     assert info_from_flat({"steps": 5}, "a_plug_in").method is None
 

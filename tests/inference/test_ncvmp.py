@@ -338,6 +338,39 @@ def test_float32_fit_reaches_the_float64_bound(autompg_fits):
     assert bool(res.converged)
 
 
+def test_a_full_step_that_lowers_the_bound_is_damped_not_the_end():
+    """From §4's start on pendulum with the ninth of tan_va_stacked's candidate spectral sets,
+    the first full NCVMP cycle (a = 1) lowers L by thousands of nats while a = 0.5 raises it by
+    hundreds: Algorithm 2 damps the step (a ← a/ρ) instead of stopping there unconverged, and
+    the fit ends where one more full cycle does not raise L beyond the tolerance."""
+    from ssgp_ppl.data import datasets
+    from ssgp_ppl.entry import load_entry
+    from ssgp_ppl.inference.methods import common
+    from ssgp_ppl.inference.methods.ncvmp import algorithm_settings, spectral_candidates
+
+    entry = load_entry("tan_va_stacked")
+    d = datasets.load("pendulum")
+    spec = common.spec_for(entry, d, None)
+    points = spectral_candidates(entry, spec, 10)[8:9]
+    prior = ncvmp.tan_prior(spec)
+    settings = algorithm_settings(entry)
+    x, y = jnp.asarray(d.x_train), jnp.asarray(d.y_train)
+    y = y - y.mean()
+    start = ncvmp.init_state(x, y, points[0], prior)
+    b0 = ncvmp.lower_bound(x, y, points[0], start, prior)
+    _, full, _ = ncvmp._cycle(x, y, points[0], start, prior, jnp.asarray(1.0, x.dtype), settings)
+    _, half, _ = ncvmp._cycle(x, y, points[0], start, prior, jnp.asarray(0.5, x.dtype), settings)
+    assert float(full) < float(b0) - 1000 and float(half) > float(b0) + 100  # the case in point
+    res = ncvmp.fit_ncvmp(x, y, points, prior, settings)
+    b = np.asarray(res.bounds)[np.isfinite(np.asarray(res.bounds))]
+    assert np.all(np.diff(b) >= 0) and float(res.bound) > float(b0) + 300
+    assert bool(res.converged) and not bool(res.budget_reached)
+    _, after, _ = ncvmp._cycle(x, y, res.points, res.state, prior, jnp.asarray(1.0, x.dtype),
+                               settings)
+    floor = max(settings.tol, 100 * float(jnp.finfo(x.dtype).eps))
+    assert float(after) - float(res.bound) <= floor * abs(float(res.bound))
+
+
 @pytest.mark.parametrize("p, c, a2", [(6, 3.0, 625.0), (300, 150.0, 625.0), (18, 40.0, 1.0)])
 def test_log_q_scale_is_the_density_of_the_sampled_scale(x64, p, c, a2):
     """q(σ) of Tan et al. 2016 integrates to 1 and has the mean of σ = 1/x drawn by the sampler."""

@@ -13,6 +13,7 @@ from ssgp_ppl.entry import load_entry
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.inference import ncvmp, neighbourhoods
 from ssgp_ppl.inference import runners as inference
+from ssgp_ppl.inference.fitinfo import stop_text
 from ssgp_ppl.inference.methods.ncvmp import algorithm_settings, spectral_candidates
 from ssgp_ppl.model import guides
 from ssgp_ppl.model.predictive import predict_sites
@@ -177,7 +178,8 @@ def test_local_fit_predicts_from_the_adapted_neighbourhood(autompg):
 
 def test_local_method_through_fit(autompg):
     """``fit(tan_local)`` on the Auto-MPG test split with small settings: finite, calibrated-ish,
-    and the ``local_fits`` group holds both stages."""
+    the ``local_fits`` group holds both stages, and the fit is converged exactly when each of its
+    32 local fits is (with an iteration budget too small for that, it says how many are not)."""
     e = load_entry("tan_local").with_overrides(["restarts=2", "k=40", "m=10"])
     small = autompg._replace(x_test=autompg.x_test[:16], y_test=autompg.y_test[:16])
     res = pipeline.fit(e, small, "local", progress=False)
@@ -185,6 +187,15 @@ def test_local_method_through_fit(autompg):
     grp = res.datatree["local_fits"]
     assert grp["mu_lambda"].shape[-2:] == (16, autompg.n_features)
     assert "posterior" not in res.datatree.children
+    flags = np.concatenate([np.ravel(grp["converged"]), np.ravel(grp["converged_euclidean"])])
+    assert res.info.method.fits == 32 and res.info.method.unconverged == int(np.sum(~flags))
+    assert res.info.converged == bool(flags.all())
+    rec = pipeline.metrics_record(res, small)
+    assert rec["converged"] == res.info.converged and rec["stop"] == stop_text(res.info)
+    short = pipeline.fit(e.with_overrides(["max_iter=3"]), small, "local", progress=False)
+    assert short.info.converged is False and short.info.method.unconverged > 0
+    assert stop_text(short.info) == (f"{short.info.method.unconverged} of the 32 local fits "
+                                     "stopped before their bound converged")
 
 
 def test_bad_tan_entry_names_the_key(tmp_path):

@@ -131,7 +131,8 @@ class NCVMPMethod(Method):
         bounds = np.asarray(res.bounds)
         info = FitInfo(fit_seconds=fit_seconds, loo_seconds=time.perf_counter() - t_loo,
                        steps=int(res.iterations), converged=bool(res.converged),
-                       method=NCVMPInfo(algorithm=settings.algorithm, bound=float(res.bound)))
+                       method=NCVMPInfo(algorithm=settings.algorithm, bound=float(res.bound),
+                                        budget_reached=bool(res.budget_reached)))
         rule = NCVMPRule(res.state, np.asarray(res.points), n, prior, float(ybar))
         return Posterior(entry=entry, method=self.name, dataset=data.name,
                          sites=common.by_chain(sites, 1), rule=rule, x_scaler=data.x_scaler,
