@@ -363,6 +363,54 @@ def target_potentials(entry, data, handoff=None):
     return log_prior, log_lik, lambda sites: np.asarray(flatten(sites, transforms))
 
 
+# latent sites whose joint sign flip leaves a sparse-spectrum GP with its weights integrated out
+# unchanged: cos(−ωᵀx) = cos(ωᵀx) and sin(−ωᵀx) = −sin(ωᵀx), a sign the weights' zero-mean
+# Gaussian prior absorbs, and each of these sites' priors is symmetric about 0
+MIRRORED_SITES = ("inverse_lengthscales", "frequencies", "frequencies_decentered")
+UNMOVED_SITES = ("noise", "signal", "lengthscales")
+
+
+def target_symmetry(entry, data, handoff=None) -> np.ndarray | None:
+    """The sign vector of the reference target's exact mirror symmetry, for the importance-sampling
+    check of log Z (:func:`ssgp_ppl.diagnostics.evidence.importance_log_evidence`, which verifies
+    it numerically before using it).
+
+    Parameters
+    ----------
+    entry : CatalogEntry
+        The entry whose reference target (:func:`target_potentials`) is meant.
+    data : Dataset
+        The data it conditions on.
+    handoff : Handoff, optional
+        What the entry's own method hands the reference (spectral points, type-II estimates).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        s (D,) in the flat unconstrained layout of :func:`target_potentials`, with p(θ) = p(s∘θ):
+        −1 on every frequency coordinate (the inverse lengthscales λ of the Tan et al. 2016
+        parameterisation, whose frequencies are the fixed spectral points scaled by λ, or the
+        free frequencies), +1 on noise, signal and lengthscales. None where the target has a
+        latent site outside these (a sampled nuisance), or no frequency site.
+    """
+    import jax.numpy as jnp
+    from numpyro import handlers
+
+    from ssgp_ppl.inference.methods import common
+    from ssgp_ppl.inference.methods.smc import target_model
+
+    spec = common.spec_for(entry, data, handoff)
+    model, _ = target_model(entry, spec, None if handoff is None else handoff.type2, True)
+    trace = handlers.trace(handlers.seed(model, 0)).get_trace(jnp.asarray(data.x_train),
+                                                              jnp.asarray(data.y_train))
+    latent = {k: int(np.size(v["value"])) for k, v in trace.items()
+              if v["type"] == "sample" and not v["is_observed"]}
+    if not set(latent) & set(MIRRORED_SITES) or set(latent) - set(MIRRORED_SITES + UNMOVED_SITES):
+        return None
+    return np.concatenate([np.full(latent[k], -1.0 if k in MIRRORED_SITES else 1.0)
+                           for k in sorted(latent)])  # ravel_pytree's order: sorted names
+
+
 def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws: int = 500,
           is_draws: int = 180_000, name: str | None = None, root: Path | None = None) -> GoldReference:
     """Validate independent tempered-SMC ``results`` (:class:`~ssgp_ppl.inference.smc.SMCResult`, one a run)
@@ -395,6 +443,9 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
     is_check = None
     if dim <= IS_MAX_DIM:
         log_prior, log_lik, flatten = target_potentials(entry, data, handoff)
+        # the proposal is symmetrised under the target's exact mirror symmetry (verified at the
+        # particles before it is used)
+        signs = target_symmetry(entry, data, handoff)
         # two proposals: fitted to every run's particles, and (another seed) to the stored pooled
         # draws, as a later check of the stored reference fits it; the worst k̂ counts
         sources = (np.concatenate([r.positions for r in results]),
@@ -402,11 +453,13 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
         checks = []
         for k, source in enumerate(sources):
             is_log_z, is_se, khat = importance_log_evidence(log_prior, log_lik, source,
-                                                            draws=is_draws, seed=seed + k)
+                                                            draws=is_draws, seed=seed + k,
+                                                            symmetry=signs)
             checks.append({"log_z": float(is_log_z), "se": float(is_se), "khat": float(khat),
                            "draws": is_draws, "seed": seed + k})
         is_check = max(checks, key=lambda c: c["khat"]) | {
-            "khat_each": [c["khat"] for c in checks], "log_z_each": [c["log_z"] for c in checks]}
+            "khat_each": [c["khat"] for c in checks], "log_z_each": [c["log_z"] for c in checks],
+            "symmetry": None if signs is None else [int(v) for v in signs]}
     inv = pooled.datatree["invariants"].to_dataset()
     v = verdict(inv, run_nlpd=run_nlpd, pooled_nlpd=pooled.metrics["mnlp"],
                 log_z=[r.log_evidence for r in results], dim=dim, is_check=is_check)
@@ -449,4 +502,4 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
 __all__ = ["ATTAINABLE_HOURS", "ESS_MIN", "GOLD_DIR", "GOLD_FORMAT", "IS_KHAT_MAX", "IS_MATCH",
            "IS_MAX_DIM", "LOG_Z_SD_MAX", "MIN_RUNS", "NLPD_TOL", "RHAT_MAX", "GoldReference",
            "attainable", "budget_needed", "comparison_handoff", "criteria_text", "find", "store",
-           "stored", "target_hash", "target_key", "target_points", "verdict"]
+           "stored", "target_hash", "target_key", "target_points", "target_symmetry", "verdict"]
