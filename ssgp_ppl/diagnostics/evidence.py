@@ -86,14 +86,9 @@ def correlated_gaussian(seed: int = 0) -> GaussianTarget:
 
 IS_DF = 5.0  # degrees of freedom of the multivariate t proposal components
 IS_INFLATE = 1.5  # their covariance: the fitted one times this
-IS_COMPONENTS = (1, 2, 4)  # mixture sizes: the smallest BIC without adaptive rounds, with them the
-# largest the particles allow (at least 5 (D + 1) a component): the rounds refit it to many
-# weighted draws and drop the components left without weight
+IS_COMPONENTS = (1, 2, 4)  # mixture sizes tried (at least 5 (D + 1) particles a component); the
+# one with the smallest BIC is used
 IS_EM_ITERS = 200
-IS_ADAPT_ROUNDS = 0  # population Monte Carlo rounds refitting the mixture before the estimate
-# (3 rounds halve the standard error on the Auto-MPG Tan target but leave its Pareto k̂ as it is)
-IS_ADAPT_DRAWS = 30_000  # proposal draws a round (at most the estimate's)
-IS_ADAPT_EM_ITERS = 50  # weighted EM iterations a round, from the previous round's mixture
 IS_CHUNK = 4096  # proposal draws evaluated per jit call
 IS_KDE_CENTRES = 4096  # at most this many distinct particles centre the kernel density proposal
 IS_KDE_CHUNK = 256  # proposal draws per kernel density evaluation (draws × centres × D floats)
@@ -135,47 +130,39 @@ class _Mixture(NamedTuple):
         return z
 
 
-def _gaussian_mixture(x: np.ndarray, k: int, rng, *, weights: np.ndarray | None = None,
-                      signs: np.ndarray | None = None, start: _Mixture | None = None,
-                      iters: int = IS_EM_ITERS) -> tuple[_Mixture, float]:
-    """(mixture, weighted log likelihood) of a k-component Gaussian mixture fitted to the rows of
-    ``x`` (``weights``: each row's, default 1) by EM, started at k-means++ centres or at
-    ``start``'s components. With ``signs`` the mixture is the symmetric one of :class:`_Mixture`:
+def _gaussian_mixture(x: np.ndarray, k: int, rng, *,
+                      signs: np.ndarray | None = None) -> tuple[_Mixture, float]:
+    """(mixture, log likelihood) of a k-component Gaussian mixture fitted to the rows of ``x`` by
+    EM, started at k-means++ centres. With ``signs`` the mixture is the symmetric one of :class:`_Mixture`:
     each row is explained by a component either as it is or mirrored, which is EM on the rows and
     their mirrors with each component tied to its mirror image (a fit to the particles folded
     onto one side of the symmetry, the fold chosen softly by each row's responsibilities)."""
     n, d = x.shape
-    v = np.ones(n) if weights is None else np.asarray(weights, np.float64)
     views = [x] if signs is None else [x, x * signs]
-    if start is None:
-        pool = np.concatenate(views)
-        centres = [pool[rng.integers(len(pool))]]
-        for _ in range(1, k):
-            dist2 = np.min([((pool - c) ** 2).sum(1) for c in centres], axis=0)
-            centres.append(pool[rng.choice(len(pool), p=dist2 / dist2.sum())])
-        # hard assignments to the nearest centre, over the row and its mirror
-        d2 = np.stack([np.stack([((xv - c) ** 2).sum(1) for c in centres], 1) for xv in views], 1)
-        flat = d2.reshape(n, -1)
-        resp = np.eye(flat.shape[1])[np.argmin(flat, axis=1)].reshape(n, len(views), k)
-    else:
-        resp = None
-    ridge = 1e-6 * np.diag(np.cov(x.T, aweights=v)).mean() * np.eye(d)
+    pool = np.concatenate(views)
+    centres = [pool[rng.integers(len(pool))]]
+    for _ in range(1, k):
+        dist2 = np.min([((pool - c) ** 2).sum(1) for c in centres], axis=0)
+        centres.append(pool[rng.choice(len(pool), p=dist2 / dist2.sum())])
+    # hard assignments to the nearest centre, over the row and its mirror
+    d2 = np.stack([np.stack([((xv - c) ** 2).sum(1) for c in centres], 1) for xv in views], 1)
+    flat = d2.reshape(n, -1)
+    resp = np.eye(flat.shape[1])[np.argmin(flat, axis=1)].reshape(n, len(views), k)
+    ridge = 1e-6 * np.diag(np.cov(x.T)).mean() * np.eye(d)
     prev = -np.inf
-    mix = start
     ll = -np.inf
-    for _ in range(iters):
-        if resp is not None:  # M step
-            rv = resp * v[:, None, None]
-            nk = rv.sum((0, 1)) + 1e-300
-            mu = sum(rv[:, b].T @ views[b] for b in range(len(views))) / nk[:, None]
-            cov = np.stack([sum((rv[:, b, j, None] * (views[b] - mu[j])).T @ (views[b] - mu[j])
-                                for b in range(len(views))) / nk[j] + ridge for j in range(k)])
-            mix = _Mixture(nk / nk.sum(), mu, cov, None)
+    for _ in range(IS_EM_ITERS):
+        # M step
+        nk = resp.sum((0, 1)) + 1e-300
+        mu = sum(resp[:, b].T @ views[b] for b in range(len(views))) / nk[:, None]
+        cov = np.stack([sum((resp[:, b, j, None] * (views[b] - mu[j])).T @ (views[b] - mu[j])
+                            for b in range(len(views))) / nk[j] + ridge for j in range(k)])
+        mix = _Mixture(nk / nk.sum(), mu, cov, None)
         # E step
         logp = np.stack([mix._components(xv, None) for xv in views], 1) - math.log(len(views))
         total = scipy.special.logsumexp(logp.reshape(n, -1), axis=1)
         resp = np.exp(logp - total[:, None, None])
-        ll = float(v @ total)
+        ll = float(total.sum())
         if ll - prev < 1e-8 * abs(ll):
             break
         prev = ll
@@ -270,8 +257,7 @@ def check_symmetry(log_prior, log_lik, particles, signs) -> np.ndarray:
 
 
 def importance_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_000,
-                            seed: int = 0, symmetry=None,
-                            adapt_rounds: int = IS_ADAPT_ROUNDS) -> tuple[float, float, float]:
+                            seed: int = 0, symmetry=None) -> tuple[float, float, float]:
     """Importance sampling estimate of the log evidence from a proposal built on posterior draws.
 
     p(y) = E_q[p(z) p(y | z) / q(z)] with q the defensive equal mixture (Hesterberg 1995) of two
@@ -279,15 +265,9 @@ def importance_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_00
     covariance × ``IS_INFLATE``) fitted by EM, which follows a few elongated modes, and a t-kernel
     density estimate on the distinct particles (at most ``IS_KDE_CENTRES``; bandwidth by
     Silverman's rule on their covariance), which follows a posterior spread over many small
-    modes. Each weight is at most twice that of either proposal alone. Before the estimate,
-    ``adapt_rounds`` rounds of population Monte Carlo (Cappé, Guillin, Marin & Robert 2004) refit
-    the t mixture by weighted EM to every round's ``IS_ADAPT_DRAWS`` (at most ``draws``) draws,
-    weighted by p/q (truncated at mean × √n, Ionides 2008): it moves mass to where the particles
-    under-represent the posterior. The rounds start from the largest mixture in
-    ``IS_COMPONENTS`` the particles allow (at least 5 (D + 1) particles a component) and drop
-    the components they leave without weight; without rounds the size of smallest BIC is used.
-    The estimate then uses ``draws`` fresh draws of the final proposal, none used to fit it, so
-    it stays unbiased for p(y).
+    modes. Each weight is at most twice that of either proposal alone. The mixture's size is
+    the one of smallest BIC among ``IS_COMPONENTS``. The estimate uses ``draws`` fresh draws of
+    the proposal, none used to fit it, so it stays unbiased for p(y).
 
     Parameters
     ----------
@@ -307,9 +287,6 @@ def importance_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_00
         its mirror image, the kernel density is centred on both, and q(θ) = ½(q₀(θ) + q₀(s∘θ)).
         A posterior with mirrored modes then meets a proposal that covers each mirror pair
         equally, whatever share of the particles each side received.
-    adapt_rounds : int
-        Population Monte Carlo rounds before the estimate (0: the proposal fitted to the
-        particles).
 
     Returns
     -------
@@ -334,7 +311,7 @@ def importance_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_00
     rng = np.random.default_rng(seed)
     best = None
     sizes = [k for k in IS_COMPONENTS if n >= 5 * k * (d + 1)] or [1]
-    for k in sizes if adapt_rounds == 0 else sizes[-1:]:
+    for k in sizes:
         fit, ll = _gaussian_mixture(x, k, rng, signs=signs)
         bic = -2 * ll + (k - 1 + k * d + k * d * (d + 1) / 2) * math.log(n)
         if best is None or bic < best[0]:
@@ -364,20 +341,6 @@ def importance_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_00
         log_p = joint(z)
         return np.where(np.isfinite(log_p), log_p - log_q, -np.inf)
 
-    pool, pool_w = [], []  # every round's draws and weights (each round's mean 1)
-    for _ in range(adapt_rounds):
-        z, log_q = proposal(fit._replace(cov=fit.cov * IS_INFLATE), min(IS_ADAPT_DRAWS, draws))
-        lw = log_weights(z, log_q)
-        w = np.exp(lw - lw.max())
-        w = np.minimum(w, w.mean() * math.sqrt(len(w)))  # truncated (Ionides 2008)
-        keep = w > 0
-        pool.append(z[keep])
-        pool_w.append(w[keep] / w[keep].mean())
-        fit, _ = _gaussian_mixture(np.concatenate(pool), len(fit.w), rng,
-                                   weights=np.concatenate(pool_w), signs=signs, start=fit,
-                                   iters=IS_ADAPT_EM_ITERS)
-        alive = fit.w > 1e-6
-        fit = fit._replace(w=fit.w[alive] / fit.w[alive].sum(), mu=fit.mu[alive], cov=fit.cov[alive])
     z, log_q = proposal(fit._replace(cov=fit.cov * IS_INFLATE), draws)
     lw = log_weights(z, log_q)
     with np.errstate(all="ignore"):  # the Pareto fit of a light tail divides by ~0
