@@ -21,8 +21,9 @@
 #
 # * **the reference**: at full size, the entry's **gold reference** where one is stored with the
 #   package (`ssgp_ppl.diagnostics.gold`: independent tempered-SMC runs computed once with a large budget and
-#   checked run against run; its label says CONVERGED, or NOT CONVERGED with the reasons and, where
-#   the runs would need more than this hardware gives, "not attainable on this hardware");
+#   checked run against run; its label says CONVERGED, or NOT CONVERGED with the reasons and what
+#   a larger budget would not mend: "not attainable on this hardware", or "runs in separate
+#   modes" where each run settles in a mode of its own);
 #   otherwise (the quick run's 80 rows match no stored target) adaptive tempered SMC (blackjax; s
 #   integrated out) computed here, then NUTS chains started from its particles, CONVERGED only
 #   when the chains agree (rank R-hat ≤ 1.01, ESS ≥ 400 on symmetry-invariant quantities, no

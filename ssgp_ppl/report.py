@@ -996,6 +996,10 @@ def _gold_html(d: dict) -> list[str]:
         if not gold.attainable(d):
             status += (f": not attainable on this hardware (more than {gold.ATTAINABLE_HOURS:g} "
                        "hours)")
+        elif gold.separate_modes(d):
+            status += (f", but its {d['modes']} runs sit in {d['modes']} separate modes, one "
+                       "each: more particles a run narrow the spread of log Ẑ without bringing "
+                       "the runs together")
         status += ("; the comparison below is against the spread of its runs pooled with "
                    "equal weights")
     st = d["settings"]

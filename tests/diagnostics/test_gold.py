@@ -246,6 +246,29 @@ def test_budget_needed_and_the_unattainable_label(tmp_path):
         "gold reference (NOT CONVERGED, not attainable on this hardware; 4 runs")
 
 
+def test_runs_in_separate_modes_label(tmp_path):
+    """A reference whose runs disagree with each run in a mode of its own says so, whatever the
+    1/N rule estimates; runs that share modes, or agree, do not."""
+    v = {"converged": False, "hours_needed": 0.1, "modes": 4, "chain_mode": [0, 1, 2, 3],
+         "reasons": ["runs disagree: R-hat up to 1.59 (f_test; > 1.01)"]}
+    prov = {"runs": 4, "computed": "2026-11-26T00:00:00", "wall_seconds": 120.0, "verdict": v}
+    assert gold.separate_modes(v) and gold.attainable(v)
+    assert gold.GoldReference(tmp_path, prov).label().startswith(
+        "gold reference (NOT CONVERGED, runs in separate modes; 4 runs")
+    v["chain_mode"], v["modes"] = [0, 0, 1, 1], 2
+    assert not gold.separate_modes(v) and gold.limit(v) is None
+    v.update(chain_mode=[0, 1, 2, 3], modes=4, reasons=["the runs' log evidence has sd 0.9 nats"])
+    assert not gold.separate_modes(v)
+
+
+def test_stored_free_frequency_reference_is_labelled_by_its_modes():
+    """The stored free-frequency pendulum reference: NOT CONVERGED with its runs in separate modes,
+    and its label says so (never a bare NOT CONVERGED that a larger budget would mend)."""
+    g = next(g for g in gold.stored() if g.path.name.startswith("ssgp_svi-pendulum"))
+    assert not g.converged and gold.separate_modes(g.verdict)
+    assert "runs in separate modes" in g.label()
+
+
 @pytest.mark.parametrize("folder", STORED_IS)
 def test_stored_log_evidence_matches_importance_sampling(folder, x64):
     """The runs' mean log Ẑ of every stored reference with an importance-sampling check lies within
