@@ -95,6 +95,7 @@ def machine() -> dict:
 
     return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
+            "device_kind": sorted({d.device_kind for d in jax.devices()}),
             "threads_per_library": 1}
 
 
