@@ -86,7 +86,8 @@ def _handoff(entry, data, target: str, folder: Path | None, progress: bool):
 
 def compute(target: str, *, runs: int, group: int, particles: int, mcmc_steps: int,
             checkpoints: Path, deadline: float, draws: int, progress: bool = True,
-            handoffs: Path | None = None, store_root: Path | None = None) -> dict | None:
+            handoffs: Path | None = None, store_root: Path | None = None,
+            revalidate: bool = False) -> dict | None:
     """One target: run what is missing, then validate and store. None when the deadline stopped
     it before every run was done (the finished runs are checkpointed)."""
     import jax.numpy as jnp
@@ -107,7 +108,7 @@ def compute(target: str, *, runs: int, group: int, particles: int, mcmc_steps: i
     key = gold.target_key(entry, data, handoff)
     h = gold.target_hash(key)
     g = gold.find(entry, data, handoff, root=store_root)
-    if g is not None and g.provenance["runs"] >= runs and \
+    if g is not None and not revalidate and g.provenance["runs"] >= runs and \
             g.provenance["settings"]["particles"] >= particles:
         print(f"{target}: stored already as {g.path.name}", file=sys.stderr)
         return g.provenance
@@ -169,6 +170,8 @@ def main(argv=None) -> int:
     p.add_argument("--handoffs", help="folder of the comparisons' hand-overs (NCVMP's spectral "
                    "points, …): read when there, else computed and written, so that a sitting on "
                    "another machine samples the same target")
+    p.add_argument("--revalidate", action="store_true", help="validate and store again from the "
+                   "checkpointed runs (a changed check), even where a reference is stored")
     p.add_argument("--store", help="folder of the stored references (default: the package's)")
     p.add_argument("--max-minutes", type=float, default=float("inf"),
                    help="start no new group of runs after this (the sitting's budget)")
@@ -190,7 +193,7 @@ def main(argv=None) -> int:
                 mcmc_steps=args.mcmc_steps or cfg["mcmc_steps"],
                 checkpoints=Path(args.checkpoints), deadline=deadline, draws=args.draws,
                 handoffs=args.handoffs and Path(args.handoffs),
-                store_root=args.store and Path(args.store))
+                store_root=args.store and Path(args.store), revalidate=args.revalidate)
     return 0
 
 

@@ -63,7 +63,9 @@ def run_one(g, *, paths: int, seed: int = 0) -> dict:
     if d.get("source") != "gold":
         raise RuntimeError(f"{g.path.name}: compare did not use the gold reference")
     run_nlpd = d["run_nlpd"]
-    out = {"entry": p["entry"], "dataset": p["dataset"], "folder": g.path.name, "paths": paths,
+    # the gold the comparison found: with K paths an entry's hand-over (NCVMP's spectral points)
+    # can be another stored reference's target
+    out = {"entry": p["entry"], "dataset": p["dataset"], "folder": d["folder"], "paths": paths,
            "seconds": round(seconds, 1),
            "gold": {"label": d["label"], "converged": d["converged"], "reasons": d["reasons"],
                     "nmse": ref["nmse"], "mnlp": ref["mnlp"], "coverage_90": ref["coverage_90"],

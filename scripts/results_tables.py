@@ -242,7 +242,8 @@ def gold_references() -> str:
     one's verdict with the figures it rests on, then the verdict's thresholds."""
     from ssgp_ppl.diagnostics import gold
 
-    out = ["| entry | data | runs × particles | wall min | log Ẑ mean ± se (sd) | log Z by IS (k̂) | "
+    out = ["| entry | data | runs × particles | wall min | log Ẑ mean ± se (sd) | log Z by IS (k̂); "
+           "by bridge sampling where k̂ > 0.5 | "
            "max R-hat | min ESS | run MNLP gap | test NMSE / MNLP | verdict |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     notes = []
@@ -263,7 +264,9 @@ def gold_references() -> str:
             f"| `{p['entry']}` | {p['dataset']} | {p['runs']} × {p['settings']['particles']} | "
             f"{p['wall_seconds'] / 60:.0f} | {v['log_evidence_mean']:.2f} ± "
             f"{v['log_evidence_se']:.2f} ({v['log_evidence_sd']:.2f}) | "
-            + ("–" if isc is None else f"{isc['log_z']:.2f} ({isc['khat']:.2f})")
+            + ("–" if isc is None else f"{isc['log_z']:.2f} ({isc['khat']:.2f})"
+               + ("" if v.get("evidence_check") != "bridge sampling" else
+                  f"; bridge {isc['bridge']['log_z']:.2f} ± {isc['bridge']['se']:.2f}"))
             + f" | {max(v['rhat_max'].values()):.3f} | {ess:.0f} | {v['nlpd_max_gap']:.3f} | "
             f"{p['metrics']['nmse']:.4f} / {p['metrics']['mnlp']:.3f} | {state} |")
     if len(out) == 2:

@@ -1010,6 +1010,10 @@ def _gold_html(d: dict) -> list[str]:
             "log Ẑ sd": d["log_evidence_sd"],
             "log Z by importance sampling": "not computed" if isc is None else
             f"{isc['log_z']:.2f} ± {isc['se']:.2f} (k̂ {isc['khat']:.2f})",
+            "log Z by bridge sampling": "not computed" if not (isc or {}).get("bridge") else
+            f"{isc['bridge']['log_z']:.2f} ± {isc['bridge']['se']:.2f}"
+            + (" (the check: IS's k̂ is above its bound)"
+               if d.get("evidence_check") == "bridge sampling" else ""),
             "pooled test MNLP": d["pooled_nlpd"], "largest run gap": d["nlpd_max_gap"],
             "computed": d["computed"], "wall time (min)": d["wall_seconds"] / 60,
             "package": d["package_version"]}

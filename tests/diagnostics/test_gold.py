@@ -46,6 +46,10 @@ def test_runs_that_agree_are_converged():
     ({"is_check": {"log_z": -9.0, "se": 0.01, "khat": 0.2}}, "1.05 nats from importance"),
     ({"is_check": {"log_z": -10.05, "se": 0.01, "khat": 0.9}}, "Pareto k̂ 0.90"),
     ({"is_check": None}, "no importance-sampling check"),
+    ({"is_check": {"log_z": -10.05, "se": 0.01, "khat": 0.9,
+                   "bridge": {"log_z": -9.0, "se": 0.02}}}, "1.05 nats from bridge sampling"),
+    ({"is_check": {"log_z": -10.05, "se": 0.01, "khat": 0.9,
+                   "bridge": {"log_z": -10.05, "se": 0.3}}}, "bridge sampling's se 0.30"),
 ])
 def test_each_threshold_fails_the_verdict(change, reason):
     """Each threshold fails the verdict and is named; the checks that do not look at the draws
@@ -57,6 +61,20 @@ def test_each_threshold_fails_the_verdict(change, reason):
     assert any(reason in r for r in v["reasons"]), v["reasons"]
     if not draws_changed:
         assert len(v["reasons"]) == 1, v["reasons"]
+
+
+def test_bridge_sampling_checks_log_z_where_importance_weights_are_heavy_tailed():
+    """k̂ above IS_KHAT_MAX with a bridge sampling estimate (se ≤ BRIDGE_SE_MAX) that matches the
+    runs: converged, and the verdict says which estimate checked log Z; with k̂ ≤ IS_KHAT_MAX the
+    importance-sampling estimate is the check, whatever the bridge says."""
+    bridge = {"log_z": -10.04, "se": 0.02}
+    v = _verdict(_invariants(4, 1000),
+                 is_check={"log_z": -12.0, "se": 0.01, "khat": 0.9, "bridge": bridge})
+    assert v["converged"] and v["evidence_check"] == "bridge sampling", v["reasons"]
+    assert v["bridge_gap"] == pytest.approx(0.01)
+    v = _verdict(_invariants(4, 1000), is_check={"log_z": -10.05, "se": 0.01, "khat": 0.2,
+                                                 "bridge": {"log_z": -3.0, "se": 0.02}})
+    assert v["converged"] and v["evidence_check"] == "importance sampling"
 
 
 def test_no_importance_check_needed_above_its_dimension():
@@ -204,6 +222,9 @@ STORED = sorted(p.name for p in gold.GOLD_DIR.glob("*") if (p / "gold.json").is_
 STORED_IS = [f for f in STORED  # the references whose verdict rests on a passing IS check
              if (c := json.loads((gold.GOLD_DIR / f / "gold.json").read_text())["verdict"][
                  "is_check"]) and c["khat"] <= gold.IS_KHAT_MAX]
+STORED_BRIDGE = [f for f in STORED  # … and those whose log Z check is bridge sampling
+                 if json.loads((gold.GOLD_DIR / f / "gold.json").read_text())["verdict"].get(
+                     "evidence_check") == "bridge sampling"]
 
 
 @pytest.mark.parametrize("folder", STORED)
@@ -292,3 +313,25 @@ def test_stored_log_evidence_matches_importance_sampling(folder, x64):
     assert abs(log_z - p["verdict"]["is_check"]["log_z"]) < 5 * se + 0.05
     assert abs(log_z - g.verdict["log_evidence_mean"]) <= gold.IS_MATCH, (
         log_z, g.verdict["log_evidence"])
+
+
+@pytest.mark.parametrize("folder", STORED_BRIDGE)
+def test_stored_log_evidence_matches_bridge_sampling(folder, x64):
+    """The runs' mean log Ẑ of every stored reference checked by bridge sampling lies within
+    IS_MATCH nats of a new bridge sampling estimate from the stored draws with another seed,
+    whose standard error is at most BRIDGE_SE_MAX."""
+    from ssgp_ppl.data.datasets import load
+    from ssgp_ppl.diagnostics.evidence import bridge_log_evidence
+
+    g = next(g for g in gold.stored() if g.path.name == folder)
+    p = g.provenance
+    entry = load_entry(p["entry"])
+    data = load(p["dataset"], split=p["split"], x_scaling=entry.config["data"]["x_scaling"])
+    handoff = gold.comparison_handoff(entry, data)
+    log_prior, log_lik, flatten = gold.target_potentials(entry, data, handoff)
+    flat = flatten(g.posterior().flat_sites)
+    log_z, se = bridge_log_evidence(log_prior, log_lik, flat, draws=60_000, seed=1,
+                                    symmetry=gold.target_symmetry(entry, data, handoff))
+    assert se <= gold.BRIDGE_SE_MAX
+    assert abs(log_z - g.verdict["log_evidence_mean"]) <= gold.IS_MATCH, (
+        log_z, se, g.verdict["log_evidence"])
