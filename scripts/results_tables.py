@@ -237,15 +237,22 @@ def mscan() -> str:
     return "\n".join(out)
 
 
+def _machine(m: dict) -> str:
+    """A gold reference's machine in a few words: its GPU, or its CPU count."""
+    if m.get("jax_backend") == "gpu":
+        return ", ".join(m.get("devices", [])) or "a GPU"
+    return f"{m.get('cpus')} CPUs"
+
+
 def gold_references() -> str:
     """The stored gold references (ssgp_ppl/references/, benchmarks/gold_references.py): each
     one's verdict with the figures it rests on, then the verdict's thresholds."""
     from ssgp_ppl.diagnostics import gold
 
-    out = ["| entry | data | runs × particles | wall min | log Ẑ mean ± se (sd) | log Z by IS (k̂); "
+    out = ["| entry | data | runs × particles | machine | wall min | log Ẑ mean ± se (sd) | log Z by IS (k̂); "
            "by bridge sampling where k̂ > 0.5 | "
            "max R-hat | min ESS | run MNLP gap | test NMSE / MNLP | verdict |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     notes = []
     for g in gold.stored():
         p, v = g.provenance, g.verdict
@@ -253,15 +260,18 @@ def gold_references() -> str:
         ess = min(list(v["ess_bulk_min"].values()) + list(v["ess_tail_min"].values()))
         state = "CONVERGED"
         if not v["converged"]:  # the reasons under the table, one line each, not in a cell
-            state = "NOT CONVERGED" + ("" if gold.attainable(v) else
-                                       ", **not attainable on this hardware**")
+            state = "NOT CONVERGED" + ("" if (lim := gold.limit(v)) is None else f", **{lim}**")
             why = "; ".join(v["reasons"])
-            if "hours_needed" in v:
+            if gold.separate_modes(v):
+                why += (f"; its {v['modes']} runs sit in {v['modes']} separate modes, one each, "
+                        "which more particles a run do not mend")
+            elif "hours_needed" in v:
                 why += (f"; a run would need ~{v['particles_needed']:,} particles "
                         f"(~{v['hours_needed']:.1f} h on the machine that computed it)")
             notes.append(f"- `{p['entry']}` on {p['dataset']}: {why}.")
         out.append(
             f"| `{p['entry']}` | {p['dataset']} | {p['runs']} × {p['settings']['particles']} | "
+            f"{_machine(p['machine'])} | "
             f"{p['wall_seconds'] / 60:.0f} | {v['log_evidence_mean']:.2f} ± "
             f"{v['log_evidence_se']:.2f} ({v['log_evidence_sd']:.2f}) | "
             + ("–" if isc is None else f"{isc['log_z']:.2f} ({isc['khat']:.2f})"
@@ -270,7 +280,7 @@ def gold_references() -> str:
             + f" | {max(v['rhat_max'].values()):.3f} | {ess:.0f} | {v['nlpd_max_gap']:.3f} | "
             f"{p['metrics']['nmse']:.4f} / {p['metrics']['mnlp']:.3f} | {state} |")
     if len(out) == 2:
-        out.append("| (none stored yet) | | | | | | | | | | |")
+        out.append("| (none stored yet) | | | | | | | | | | | |")
     if notes:
         out += ["", "Why a reference is not converged:", ""] + notes
     rules = [f"- at least **{gold.MIN_RUNS}** independent runs, each from the prior with its own seed;",
@@ -296,13 +306,21 @@ def gold_references() -> str:
              "Pareto k̂ "
              f"**≤ {gold.IS_KHAT_MAX:g}** (Vehtari et al. 2024), and it lies within "
              f"**{gold.IS_MATCH:g}** nats of the runs' mean: agreeing runs could share a bias, "
-             "an independent estimator could not share it.",
+             "an independent estimator could not share it. Where k̂ is larger, bridge sampling "
+             "(Meng & Wong 1996) on the same proposal checks log Z instead: half the particles "
+             "fit the proposal, the other half are the bridge's posterior draws, so a region the "
+             "proposal underweights is met by posterior draws there; its standard error "
+             f"(Frühwirth-Schnatter 2004) must be **≤ {gold.BRIDGE_SE_MAX:g}** nats and its "
+             f"estimate within **{gold.IS_MATCH:g}** nats of the runs' mean.",
              "",
              "A reference that fails on its log evidence says how many particles a run would need "
              "(the variance of log Ẑ falls as 1/N; Del Moral, Doucet & Jasra 2006) and the hours "
              "that would take on the machine that computed it; above "
              f"**{gold.ATTAINABLE_HOURS:g}** hours it is labelled *not attainable on this "
-             "hardware*, and comparisons use its runs pooled with equal weights."]
+             "hardware*. One whose runs disagree with each run in a mode of its own is labelled "
+             "*runs in separate modes*: particles within one run sit in one mode, and more "
+             "particles a run narrow the spread of log Ẑ without bringing the runs together. "
+             "Comparisons use such a reference's runs pooled with equal weights."]
     return "\n".join(out + ["", "The verdict's thresholds (`ssgp_ppl.diagnostics.gold`):", ""] + rules
                      + ["", "Entries whose reference cannot be stored:", ""] + _conditional_entries())
 
