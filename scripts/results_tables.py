@@ -134,11 +134,18 @@ def peers() -> str:
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, s in doc["summary"].items():
         met = ", ".join(k for k, v in s["meets"].items() if v) or "none"
+        if s.get("decided"):  # several seeds: met / missed by more than the standard errors
+            met = ", ".join(f"{k} {v}" for k, v in s["decided"].items())
         tr = f" ({s['time_ratio']:.2f}×)" if "time_ratio" in s else ""
+
+        def se(key, f, s=s):
+            return f" ± {s[key + '_se']:{f}}" if s.get("seeds", 1) > 1 else ""
+
         out.append(f"| {name} | {s['best_peer_nmse'][1]:.4g} ({s['best_peer_nmse'][0]}) | "
                    f"{s['best_peer_mnlp'][1]:.3f} ({s['best_peer_mnlp'][0]}) | `{s['best_bayesian']}` | "
-                   f"{s['nmse']:.4g} ({s['nmse_ratio']:.2f}×) | {s['mnlp']:.3f} "
-                   f"({s['mnlp_above_best']:+.3f}) | {s['fit_seconds']:.1f}{tr} | {met} | "
+                   f"{s['nmse']:.4g}{se('nmse', '.2g')} ({s['nmse_ratio']:.2f}×) | {s['mnlp']:.3f}"
+                   f"{se('mnlp', '.3f')} ({s['mnlp_above_best']:+.3f}) | {s['fit_seconds']:.1f}{tr} | "
+                   f"{met} | "
                    f"{', '.join(f'`{e}`' for e in s.get('all_three', [])) or 'none'} |")
     if doc["not_measured"]:
         out += ["", "Not measured yet (the run resumes from the records there): " + "; ".join(
@@ -158,15 +165,19 @@ def peers() -> str:
     out += ["", f"![Test NMSE against fit time]({PEERS_FIGURE})", "",
             "| set | n train | method | NMSE | MNLP | 90% coverage | fit s | predict s |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in doc["records"]:
+    for r in doc.get("by_method") or doc["records"]:
         name = f"`{r['method']}`" if r["kind"] == "ours" else r["method"]
         if "nmse" not in r:
             why = r.get("skipped") or r.get("error", "")
             out.append(f"| {r['set']} | {r['n_train']} | {name} | – | – | – | – | – ({why}) |")
             continue
         sub = f" ({r['training_rows_used']} rows)" if r.get("training_rows_used") else ""
-        out.append(f"| {r['set']} | {r['n_train']} | {name}{sub} | {r['nmse']:.4g} | "
-                   f"{r['mnlp']:.3f} | {r['coverage_90']:.3f} | {r['fit_seconds']:.1f} | "
+        k = r.get("seeds", 1)
+        pm = (lambda key, f: f"{r[key]:{f}} ± {r[key + '_se']:{f}}") if k > 1 else \
+            (lambda key, f: f"{r[key]:{f}}")
+        seeds = f" ({k} seeds)" if k > 1 else ""
+        out.append(f"| {r['set']} | {r['n_train']} | {name}{sub}{seeds} | {pm('nmse', '.4g')} | "
+                   f"{pm('mnlp', '.3f')} | {r['coverage_90']:.3f} | {pm('fit_seconds', '.1f')} | "
                    f"{r['predict_seconds']:.2f} |")
     return "\n".join(out)
 
@@ -180,12 +191,13 @@ def peers_figure(fileobj) -> None:
     import matplotlib.pyplot as plt
 
     doc = _peers_doc()
-    sets = list(dict.fromkeys(r["set"] for r in doc["records"] if "nmse" in r))
+    records = doc.get("by_method") or doc["records"]  # means over seeds where there are several
+    sets = list(dict.fromkeys(r["set"] for r in records if "nmse" in r))
     cols = min(3, len(sets))
     rows = -(-len(sets) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
     for ax, name in zip(axes.ravel(), sets, strict=False):
-        for r in (r for r in doc["records"] if r["set"] == name and "nmse" in r):
+        for r in (r for r in records if r["set"] == name and "nmse" in r):
             if r.get("trajectory"):
                 tr = r["trajectory"]
                 ax.plot([p["seconds"] for p in tr], [p["nmse"] for p in tr], "-", lw=1,
@@ -439,7 +451,9 @@ TABLES = {
               "likelihood) on at most 2,000 training rows. On a GPU: `JAX_COMPILATION_CACHE_DIR=DIR "
               "python benchmarks/peers.py --sets airline-2m --methods svbssgp,vssgp --out OUT` "
               "twice, the two `peers.json` kept as `reports/peers/gpu/first_run.json` and "
-              "`compilation_cached.json`.", peers),
+              "`compilation_cached.json`. With `--seeds 0,1,2` each method runs on three seeds "
+              "(seed k on split k): the tables show means ± standard errors and each target "
+              "reads met or missed by more than them, or \"within se\".", peers),
     "gold": ("Gold references",
              "`python benchmarks/gold_references.py` (resumable; stored in "
              "`ssgp_ppl/references/`, shipped with the package): for each fully Bayesian "

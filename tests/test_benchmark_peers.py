@@ -56,6 +56,34 @@ def test_summary_ratios_and_targets_from_records():
     assert s["all_three"] == ["vssgp_collapsed"]  # svbssgp: NMSE 1.6×, MNLP −0.1, time 0.1×
 
 
+def test_several_seeds_compare_means_and_decide_by_the_standard_errors():
+    """Three seeds a method: the summary compares the means, gives their standard errors, and
+    decides each target by them: an NMSE ratio of 1.00 ± 0.02 is "within se", an MNLP 0.11 above
+    the best peer's by ± 0.006 is "missed", a time ratio of 0.1 "met"; the per-method table rows
+    hold the means over the seeds."""
+    out = _python("""
+        import json, peers
+        def rec(method, kind, seed, nmse, mnlp, fit):
+            return {"set": "pendulum", "method": method, "kind": kind, "bayesian": kind == "ours",
+                    "seed": seed, "nmse": nmse, "mnlp": mnlp, "rmse": 1.0, "fit_seconds": fit,
+                    "predict_seconds": 0.5}
+        recs = [rec("gpytorch_svgp", "peer", k, 0.30, 2.0, 10.0) for k in range(3)]
+        recs += [rec("sklearn_exact", "peer", k, 0.25, 1.40, 2.0) for k in range(3)]
+        recs += [rec("vssgp_collapsed", "ours", k, v, m, 1.0)
+                 for k, (v, m) in enumerate([(0.24, 1.50), (0.26, 1.52), (0.25, 1.51)])]
+        print(json.dumps([peers.summarise(recs), peers.over_seeds(recs)]))
+    """)
+    summary, by_method = json.loads(out)
+    s = summary["pendulum"]
+    se = 0.01 / 3 ** 0.5  # sd 0.01 over three seeds
+    assert s["seeds"] == 3 and abs(s["nmse"] - 0.25) < 1e-12 and abs(s["nmse_se"] - se) < 1e-12
+    assert abs(s["nmse_ratio"] - 1.0) < 1e-4 and abs(s["nmse_ratio_se"] - se / 0.25) < 1e-4
+    assert abs(s["mnlp_above_best"] - 0.11) < 1e-9 and abs(s["mnlp_above_best_se"] - se) < 1e-4
+    assert s["decided"] == {"nmse": "within se", "mnlp": "missed", "time": "met"}
+    ours = next(r for r in by_method if r["method"] == "vssgp_collapsed")
+    assert ours["seeds"] == 3 and abs(ours["mnlp"] - 1.51) < 1e-12 and ours["seed"] == 0
+
+
 def test_summary_names_a_fast_entry_that_meets_all_three_when_the_best_is_slow():
     out = _python("""
         import json, peers
