@@ -290,14 +290,11 @@ def test_stored_free_frequency_reference_is_labelled_by_its_modes():
     assert "runs in separate modes" in g.label()
 
 
-@pytest.mark.parametrize("folder", STORED_IS)
-def test_stored_log_evidence_matches_importance_sampling(folder, x64):
-    """The runs' mean log Ẑ of every stored reference with an importance-sampling check lies within
-    IS_MATCH nats of a new importance-sampling estimate of log Z, from a proposal fitted here to
-    the stored draws with another seed, symmetrised under the target's mirror symmetry as the
-    stored check was (Pareto k̂ ≤ IS_KHAT_MAX)."""
+def _stored_target(folder: str):
+    """(reference, log prior, log likelihood, its stored draws as the target's flat latent
+    vectors, the target's mirror symmetry) of a stored gold reference, in the float width in
+    force."""
     from ssgp_ppl.data.datasets import load
-    from ssgp_ppl.diagnostics.evidence import importance_log_evidence
 
     g = next(g for g in gold.stored() if g.path.name == folder)
     p = g.provenance
@@ -305,12 +302,23 @@ def test_stored_log_evidence_matches_importance_sampling(folder, x64):
     data = load(p["dataset"], split=p["split"], x_scaling=entry.config["data"]["x_scaling"])
     handoff = gold.comparison_handoff(entry, data)
     log_prior, log_lik, flatten = gold.target_potentials(entry, data, handoff)
-    post = g.posterior()
-    flat = flatten(post.flat_sites)  # the target's latent sites of every draw
+    flat = flatten(g.posterior().flat_sites)  # the target's latent sites of every draw
+    return g, log_prior, log_lik, flat, gold.target_symmetry(entry, data, handoff)
+
+
+@pytest.mark.parametrize("folder", STORED_IS)
+def test_stored_log_evidence_matches_importance_sampling(folder, x64):
+    """The runs' mean log Ẑ of every stored reference with an importance-sampling check lies within
+    IS_MATCH nats of a new importance-sampling estimate of log Z, from a proposal fitted here to
+    the stored draws with another seed, symmetrised under the target's mirror symmetry as the
+    stored check was (Pareto k̂ ≤ IS_KHAT_MAX)."""
+    from ssgp_ppl.diagnostics.evidence import importance_log_evidence
+
+    g, log_prior, log_lik, flat, signs = _stored_target(folder)
     log_z, se, khat = importance_log_evidence(log_prior, log_lik, flat, draws=60_000, seed=1,
-                                              symmetry=gold.target_symmetry(entry, data, handoff))
+                                              symmetry=signs)
     assert khat <= gold.IS_KHAT_MAX
-    assert abs(log_z - p["verdict"]["is_check"]["log_z"]) < 5 * se + 0.05
+    assert abs(log_z - g.verdict["is_check"]["log_z"]) < 5 * se + 0.05
     assert abs(log_z - g.verdict["log_evidence_mean"]) <= gold.IS_MATCH, (
         log_z, g.verdict["log_evidence"])
 
@@ -320,18 +328,11 @@ def test_stored_log_evidence_matches_bridge_sampling(folder, x64):
     """The runs' mean log Ẑ of every stored reference checked by bridge sampling lies within
     IS_MATCH nats of a new bridge sampling estimate from the stored draws with another seed,
     whose standard error is at most BRIDGE_SE_MAX."""
-    from ssgp_ppl.data.datasets import load
     from ssgp_ppl.diagnostics.evidence import bridge_log_evidence
 
-    g = next(g for g in gold.stored() if g.path.name == folder)
-    p = g.provenance
-    entry = load_entry(p["entry"])
-    data = load(p["dataset"], split=p["split"], x_scaling=entry.config["data"]["x_scaling"])
-    handoff = gold.comparison_handoff(entry, data)
-    log_prior, log_lik, flatten = gold.target_potentials(entry, data, handoff)
-    flat = flatten(g.posterior().flat_sites)
+    g, log_prior, log_lik, flat, signs = _stored_target(folder)
     log_z, se = bridge_log_evidence(log_prior, log_lik, flat, draws=60_000, seed=1,
-                                    symmetry=gold.target_symmetry(entry, data, handoff))
+                                    symmetry=signs)
     assert se <= gold.BRIDGE_SE_MAX
     assert abs(log_z - g.verdict["log_evidence_mean"]) <= gold.IS_MATCH, (
         log_z, se, g.verdict["log_evidence"])

@@ -84,6 +84,16 @@ def test_count_modes():
                                   extra={"lp": lp})["chain_mode"] == [0, 0, 0, 1]
 
 
+def _pairs(chains: int, draws: int, width: int):
+    """(rng, (approx, reference) component pairs): N(0, 1) draws in ``chains`` chains against
+    Gamma(2) draws in 4 chains of 150, ``width`` components each."""
+    rng = np.random.default_rng(chains)
+    a = invariants.as_dataset({"f_test": rng.normal(size=(chains * draws, width))}, chains)
+    r = invariants.as_dataset({"f_test": rng.gamma(2.0, size=(4 * 150, width))}, 4)
+    return rng, list(zip(invariants._components(a["f_test"]), invariants._components(r["f_test"]),
+                         strict=True))
+
+
 @pytest.mark.parametrize(("chains", "draws", "num_samples"), [(1, 2000, 500), (4, 100, 400),
                                                               (2, 60, 60), (3, 50, 40)])
 def test_marginal_w1_is_arviz_stats_wasserstein(chains, draws, num_samples):
@@ -91,11 +101,7 @@ def test_marginal_w1_is_arviz_stats_wasserstein(chains, draws, num_samples):
     the same seeded subsample) to the last bit, on (chain, draw) components of unequal sizes."""
     from arviz_stats import wasserstein
 
-    rng = np.random.default_rng(chains)
-    a = invariants.as_dataset({"f_test": rng.normal(size=(chains * draws, 6))}, chains)
-    r = invariants.as_dataset({"f_test": rng.gamma(2.0, size=(4 * 150, 6))}, 4)
-    pairs = list(zip(invariants._components(a["f_test"]), invariants._components(r["f_test"]),
-                     strict=True))
+    _, pairs = _pairs(chains, draws, 6)
     for seed in (0, 7):
         want = [wasserstein(x, y, joint=False, num_samples=num_samples, random_seed=seed,
                             round_to="none") for x, y in pairs]
@@ -113,11 +119,8 @@ def test_marginal_kl_is_arviz_stats_kl_divergence(chains, draws, num_samples):
     law."""
     from arviz_stats import kl_divergence
 
-    rng = np.random.default_rng(chains)
-    a = invariants.as_dataset({"f_test": rng.normal(size=(chains * draws, 4))}, chains)
-    r = invariants.as_dataset({"f_test": rng.gamma(2.0, size=(4 * 150, 4))}, 4)
-    pairs = list(zip(invariants._components(a["f_test"]), invariants._components(r["f_test"]),
-                     strict=True))
+    rng, pairs = _pairs(chains, draws, 4)
+    a = [x for x, _ in pairs]
     for seed in (0, 7):
         want = [kl_divergence(x, y, num_samples=num_samples, random_seed=seed, round_to="none")
                 for x, y in pairs]
@@ -125,7 +128,6 @@ def test_marginal_kl_is_arviz_stats_kl_divergence(chains, draws, num_samples):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
         assert len(set(want)) == len(want) and min(want) > 0.1
     same = invariants.as_dataset({"f_test": rng.normal(size=(4 * 150, 4))}, 4)
-    near = invariants.marginal_kl(list(zip(invariants._components(a["f_test"]),
-                                           invariants._components(same["f_test"]), strict=True)),
-                                  num_samples=num_samples, seed=0)
+    near = invariants.marginal_kl(list(zip(a, invariants._components(same["f_test"]),
+                                           strict=True)), num_samples=num_samples, seed=0)
     assert near.max() < min(want)
