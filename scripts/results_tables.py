@@ -173,8 +173,8 @@ def peers() -> str:
             continue
         sub = f" ({r['training_rows_used']} rows)" if r.get("training_rows_used") else ""
         k = r.get("seeds", 1)
-        pm = (lambda key, f: f"{r[key]:{f}} ± {r[key + '_se']:{f}}") if k > 1 else \
-            (lambda key, f: f"{r[key]:{f}}")
+        pm = (lambda key, f, r=r: f"{r[key]:{f}} ± {r[key + '_se']:{f}}") if k > 1 else \
+            (lambda key, f, r=r: f"{r[key]:{f}}")
         seeds = f" ({k} seeds)" if k > 1 else ""
         out.append(f"| {r['set']} | {r['n_train']} | {name}{sub}{seeds} | {pm('nmse', '.4g')} | "
                    f"{pm('mnlp', '.3f')} | {r['coverage_90']:.3f} | {pm('fit_seconds', '.1f')} | "

@@ -543,8 +543,8 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
     return GoldReference(out, provenance)
 
 
-__all__ = ["ATTAINABLE_HOURS", "BRIDGE_SE_MAX", "ESS_MIN", "GOLD_DIR", "GOLD_FORMAT", "IS_KHAT_MAX", "IS_MATCH",
-           "IS_MAX_DIM", "LOG_Z_SD_MAX", "MIN_RUNS", "NLPD_TOL", "RHAT_MAX", "GoldReference",
+__all__ = ["ATTAINABLE_HOURS", "BRIDGE_SE_MAX", "ESS_MIN", "GOLD_DIR", "GOLD_FORMAT", "IS_KHAT_MAX",
+           "IS_MATCH", "IS_MAX_DIM", "LOG_Z_SD_MAX", "MIN_RUNS", "NLPD_TOL", "RHAT_MAX", "GoldReference",
            "attainable", "budget_needed", "comparison_handoff", "criteria_text", "find", "limit",
            "separate_modes", "store", "stored", "target_hash", "target_key", "target_points",
            "target_symmetry", "verdict"]
