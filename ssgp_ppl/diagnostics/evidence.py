@@ -375,8 +375,17 @@ def bridge_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_000, s
 
     Parameters
     ----------
-    log_prior, log_lik, particles, draws, seed, symmetry
-        As :func:`importance_log_evidence`.
+    log_prior, log_lik : callable
+        Log prior and log likelihood of a flat (D,) vector (jax-traceable).
+    particles : array_like
+        (N, D) posterior draws: half fit the proposal, half are the bridge's posterior side.
+    draws : int
+        Proposal draws of the estimate.
+    seed : int
+        Seeds the split, the fit and the draws.
+    symmetry : array_like, optional
+        A sign vector of an exact symmetry of the posterior, as :func:`importance_log_evidence`
+        takes it (verified first; the proposal is then exactly symmetric).
 
     Returns
     -------
