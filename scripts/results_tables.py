@@ -390,6 +390,28 @@ def vi_vs_gold() -> str:
 
 
 # slug: (title, what produced it, the table)
+def _grouped_readings(rows: list[dict]) -> list[str]:
+    """The quantities not read calibrated, grouped by name (kernel[0, 0.5], kernel[0, 1], … are
+    one "kernel" group): each reading with how many of the group's components it has, e.g.
+    "kernel: 18 of 18 biased low"; a scalar quantity by itself."""
+    groups: dict[str, list[dict]] = {}
+    for s in rows:
+        groups.setdefault(s["quantity"].split("[")[0], []).append(s)
+    out = []
+    for name, members in groups.items():
+        readings: dict[str, int] = {}
+        for s in members:
+            if not s["calibrated"]:
+                why = s["verdict"].split(";")[0].removeprefix("NOT calibrated, ").split(":")[0]
+                readings[why] = readings.get(why, 0) + 1
+        if not readings:
+            continue
+        scalar = len(members) == 1 and "[" not in members[0]["quantity"]
+        out.append(f"{name}: " + ", ".join(
+            why if scalar else f"{k} of {len(members)} {why}" for why, k in readings.items()))
+    return out
+
+
 def sbc() -> str:
     """reports/sbc.json (benchmarks/sbc.py) as a Markdown table: per entry and SBC method, the
     quantities read calibrated, seconds per simulation, failed fits and the quantities that were
@@ -403,8 +425,7 @@ def sbc() -> str:
     lines = []
     for r in doc["records"]:
         for m, tally in r["calibrated"].items():
-            bad = [f"{s['quantity']}: {s['verdict'].split(';')[0].removeprefix('NOT calibrated, ')}"
-                   for s in r["summary"] if s["method"] == m and not s["calibrated"]]
+            bad = _grouped_readings([s for s in r["summary"] if s["method"] == m])
             sims = f"{r['sims_done']}" + ("" if not r["stopped"] else f" of {r['sims']} (stopped)")
             lines.append(f"| `{r['entry']}` | {m} | {sims} | {tally} | "
                          f"{r['seconds_per_simulation'][m]:.2f} | {r['failed'][m]} | "
