@@ -369,7 +369,9 @@ def vi_vs_gold() -> str:
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in doc["records"]:
         g = r["gold"]
-        out.append(f"| `{r['entry']}` | {r['dataset']} | {g['label']} | {g['nmse']:.4f} | "
+        own = r["folder"].startswith(f"{r['entry']}-")  # else another entry's, same target
+        label = g["label"] + ("" if own else f" (stored as `{r['folder']}`: the same target)")
+        out.append(f"| `{r['entry']}` | {r['dataset']} | {label} | {g['nmse']:.4f} | "
                    f"{g['mnlp']:.3f} (runs {g['run_mnlp_min']:.3f}–{g['run_mnlp_max']:.3f}) | "
                    f"{g['coverage_90']:.3f} | – | | | | |")
         for kind in ("single", "stacked"):
