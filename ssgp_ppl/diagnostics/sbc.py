@@ -557,10 +557,9 @@ class _Screen:
     latent vector at the start), so one update serves every path."""
 
     def __init__(self, des: Design, prog: _SVIProgram, count: int):
-        from numpyro import handlers
         from numpyro.distributions import biject_to
-        from numpyro.infer import Predictive
-        from numpyro.infer.util import log_density
+
+        from ssgp_ppl.inference.paths import screen_draws, screen_log_joint
 
         spec = dataclasses.replace(prog.spec, nuisance="marginalized")
         marginal = des.entry.model(spec)
@@ -569,21 +568,19 @@ class _Screen:
         proto = guide.prototype_trace
         latent = sorted(k for k, v in proto.items() if v["type"] == "sample"
                         and not v["is_observed"] and not v["infer"].get("is_auxiliary"))
-        hidden = handlers.block(prog.model, hide_fn=lambda site: site.get("is_observed", False))
-        prior = Predictive(hidden, num_samples=count)(jax.random.PRNGKey(4099), x)
+        names = list(spec.latent_sites())
+        # the prior draws of the guide's latent sites, by the paths' screening key (the names of
+        # the model with s integrated out are among them)
+        prior = screen_draws(prog.model, x, sorted(set(latent) | set(names)), count)
         supports = {k: biject_to(proto[k]["fn"].support) for k in latent}
         self.unconstrained = jax.vmap(lambda d: ravel_pytree(
             {k: supports[k].inv(d[k]) for k in latent})[0])({k: prior[k] for k in latent})
-        names = list(spec.latent_sites())
         values = {k: prior[k] for k in names}
         self.prefix = guide.prefix
 
         @jax.jit
         def joint(y):
-            def one(yy):
-                return jax.lax.map(lambda d: log_density(marginal, (x, yy), {}, d)[0], values,
-                                   batch_size=256)
-            return jax.vmap(one)(y)
+            return jax.vmap(lambda yy: screen_log_joint(marginal, x, yy, values, batch=256))(y)
 
         self.joint = joint
 

@@ -66,20 +66,27 @@ def screened_starts(entry, data, count: int, *, seed: int = 0, draws: int = SCRE
     if spec.learned_sites() and type2 is not None:
         model = handlers.substitute(model, data={k: jnp.asarray(type2[k])
                                                  for k in spec.learned_sites()})
-    names = list(spec.latent_sites())
     x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
-    hidden = handlers.block(model, hide_fn=lambda site: site.get("is_observed", False))
-    prior = Predictive(hidden, num_samples=draws, return_sites=names)(
-        jax.random.PRNGKey(seed + 4099), x, y)
-
-    @jax.jit
-    def joint(sites):
-        return jax.lax.map(lambda d: log_density(model, (x, y), {}, d)[0], sites, batch_size=64)
-
-    lj = np.asarray(joint(prior))
+    prior = screen_draws(model, x, list(spec.latent_sites()), draws, seed, y=y)
+    lj = np.asarray(jax.jit(lambda sites: screen_log_joint(model, x, y, sites))(prior))
     lj = np.where(np.isfinite(lj), lj, -np.inf)
     best = np.argsort(-lj)[:count]
     return [{k: np.asarray(v[i]) for k, v in prior.items()} for i in best]
+
+
+def screen_draws(model, x, names: list[str], draws: int, seed: int = 0, y=None) -> dict:
+    """``draws`` prior draws of the latent sites ``names`` of ``model`` at the inputs ``x``
+    (the observations ``y``, where given, only condition the hidden observed site), from the key
+    the screening uses (``seed`` + 4099)."""
+    hidden = handlers.block(model, hide_fn=lambda site: site.get("is_observed", False))
+    return Predictive(hidden, num_samples=draws, return_sites=names)(
+        jax.random.PRNGKey(seed + 4099), x, *(() if y is None else (y,)))
+
+
+def screen_log_joint(model, x, y, sites: dict, batch: int = 64):
+    """(draws,) log p(y, θ) of each draw of ``sites`` under ``model`` (s integrated out): the
+    score the screening ranks starts by; pure, so that a caller jits or vmaps it over y."""
+    return jax.lax.map(lambda d: log_density(model, (x, y), {}, d)[0], sites, batch_size=batch)
 
 
 def dispersed_starts(entry, data, count: int, *, seed: int = 0,
