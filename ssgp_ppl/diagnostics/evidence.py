@@ -283,7 +283,7 @@ def importance_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_00
     symmetry : array_like, optional
         A sign vector s (D,) of an exact symmetry p(θ) = p(s∘θ) of the posterior (e.g. every
         frequency flipped together in a sparse-spectrum GP with its weights integrated out).
-        It is verified first (:func:`check_symmetry`); the proposal is then exactly symmetric:
+        It is verified first (`check_symmetry`); the proposal is then exactly symmetric:
         the t mixture is fitted to the particles and their mirrors with each component tied to
         its mirror image, the kernel density is centred on both, and q(θ) = ½(q₀(θ) + q₀(s∘θ)).
         A posterior with mirrored modes then meets a proposal that covers each mirror pair
@@ -302,7 +302,7 @@ def importance_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_00
     Raises
     ------
     SSGPError
-        When ``symmetry`` does not hold (:func:`check_symmetry`).
+        When ``symmetry`` does not hold (`check_symmetry`).
     """
     from arviz_stats.base import array_stats
 
@@ -365,7 +365,7 @@ BRIDGE_MAX_ITERS = 1000
 def bridge_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_000, seed: int = 0,
                         symmetry=None) -> tuple[float, float]:
     """Bridge sampling estimate of the log evidence (Meng & Wong 1996, the optimal bridge by
-    their iteration (4.1)), with the proposal of :func:`importance_log_evidence`.
+    their iteration (4.1)), with the proposal of `importance_log_evidence`.
 
     The particles are shuffled and split in halves (Overstall & Forster 2010): the proposal q is
     fitted to the first, the second are the posterior draws of the bridge, and ``draws`` fresh
@@ -384,7 +384,7 @@ def bridge_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_000, s
     seed : int
         Seeds the split, the fit and the draws.
     symmetry : array_like, optional
-        A sign vector of an exact symmetry of the posterior, as :func:`importance_log_evidence`
+        A sign vector of an exact symmetry of the posterior, as `importance_log_evidence`
         takes it (verified first; the proposal is then exactly symmetric).
 
     Returns

@@ -320,20 +320,42 @@ def budget_needed(log_evidence_sd: float, particles: int, seconds: float) -> tup
 
 
 def separate_modes(v: dict) -> bool:
-    """Whether a NOT CONVERGED reference's runs disagree with every run in a mode of its own
-    (:func:`~ssgp_ppl.diagnostics.invariants.count_modes` over the runs as chains). Particles
-    within one SMC run then sit in one mode, and more particles a run narrow the spread of log Ẑ
-    without bringing the runs together: ``ssgp_svi`` on pendulum had R-hat 1.64 at 512 particles
-    a run and 1.59 at 4,096, one mode a run at both."""
+    """Whether a NOT CONVERGED reference's runs disagree with every run in a mode of its own.
+
+    Particles within one SMC run then sit in one mode, and more particles a run narrow the spread
+    of log Ẑ without bringing the runs together: ``ssgp_svi`` on pendulum had R-hat 1.64 at 512
+    particles a run and 1.59 at 4,096, one mode a run at both.
+
+    Parameters
+    ----------
+    v : dict
+        A reference's verdict (its ``modes`` and ``chain_mode``, from `count_modes` over the
+        runs as chains, and its ``reasons``).
+
+    Returns
+    -------
+    bool
+        True where the runs disagree and there are as many modes as runs.
+    """
     runs = len(v.get("chain_mode", ()))
     return (not v.get("converged", False) and runs > 1 and v.get("modes") == runs
             and any(r.startswith("runs disagree") for r in v.get("reasons", ())))
 
 
 def limit(v: dict) -> str | None:
-    """What keeps a NOT CONVERGED reference from converging by a larger budget, in the words of
-    its label: "not attainable on this hardware" (:func:`attainable`), "runs in separate modes"
-    (:func:`separate_modes`), or None."""
+    """What keeps a NOT CONVERGED reference from converging by a larger budget.
+
+    Parameters
+    ----------
+    v : dict
+        A reference's verdict.
+
+    Returns
+    -------
+    str or None
+        In the words of its label: "not attainable on this hardware" (`attainable`), "runs in
+        separate modes" (`separate_modes`), or None.
+    """
     if not attainable(v):
         return "not attainable on this hardware"
     if separate_modes(v):
