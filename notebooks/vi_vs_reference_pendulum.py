@@ -106,12 +106,8 @@ for name in ("tan_va_svi", "ssgp_svi"):
           + f" (pooled {v['pooled_nlpd']:.2f})")
     for reason in v["reasons"]:
         print(f"    - {reason}")
-    if not gold.attainable(v):
-        print(f"    would need about {v['particles_needed']:,} particles a run, "
-              f"{v['hours_needed']:.0f} hours on the machine that computed it")
-    elif gold.separate_modes(v):
-        print(f"    {v['modes']} runs, {v['modes']} modes: one a run, at "
-              f"{g.provenance['settings']['particles']:,} particles a run")
+    if (budget := gold.budget_text(v)) is not None:
+        print(f"    {budget} ({g.provenance['settings']['particles']:,} particles a run now)")
 
 # %% [markdown]
 # ## Predictive metrics on the test set: reference vs single VI vs stacked VI

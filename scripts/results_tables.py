@@ -273,13 +273,7 @@ def gold_references() -> str:
         state = "CONVERGED"
         if not v["converged"]:  # the reasons under the table, one line each, not in a cell
             state = "NOT CONVERGED" + ("" if (lim := gold.limit(v)) is None else f", **{lim}**")
-            why = "; ".join(v["reasons"])
-            if gold.separate_modes(v):
-                why += (f"; its {v['modes']} runs sit in {v['modes']} separate modes, one each, "
-                        "which more particles a run do not mend")
-            elif "hours_needed" in v:
-                why += (f"; a run would need ~{v['particles_needed']:,} particles "
-                        f"(~{v['hours_needed']:.1f} h on the machine that computed it)")
+            why = "; ".join(v["reasons"] + [b for b in [gold.budget_text(v)] if b])
             notes.append(f"- `{p['entry']}` on {p['dataset']}: {why}.")
         out.append(
             f"| `{p['entry']}` | {p['dataset']} | {p['runs']} × {p['settings']['particles']} | "

@@ -987,19 +987,9 @@ def _gold_html(d: dict) -> list[str]:
     """The gold reference's section: its verdict and reasons, provenance, per-run agreement
     (log evidence, test MNLP), the importance-sampling check and the invariants' diagnostics."""
     status = "CONVERGED" if d["converged"] else "NOT CONVERGED: " + "; ".join(d["reasons"])
-    if "particles_needed" in d:
-        hours = d.get("hours_needed")
-        status += (f". By the 1/N variance of log Ẑ, about {d['particles_needed']:,} particles a "
-                   "run would be needed" + ("" if hours is None else
-                                           f" (about {hours:.1f} hours of the machine that "
-                                           "computed it)"))
-        if not gold.attainable(d):
-            status += (f": not attainable on this hardware (more than {gold.ATTAINABLE_HOURS:g} "
-                       "hours)")
-        elif gold.separate_modes(d):
-            status += (f", but its {d['modes']} runs sit in {d['modes']} separate modes, one "
-                       "each: more particles a run narrow the spread of log Ẑ without bringing "
-                       "the runs together")
+    if (budget := gold.budget_text(d)) is not None:
+        status += f". {budget[0].upper()}{budget[1:]}"
+    if not d["converged"]:
         status += ("; the comparison below is against the spread of its runs pooled with "
                    "equal weights")
     st = d["settings"]

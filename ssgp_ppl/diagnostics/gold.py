@@ -363,6 +363,40 @@ def limit(v: dict) -> str | None:
     return None
 
 
+def budget_text(v: dict) -> str | None:
+    """What a larger budget would do for a NOT CONVERGED reference, in one sentence for the
+    report, the results page and the notebooks.
+
+    Parameters
+    ----------
+    v : dict
+        A reference's verdict.
+
+    Returns
+    -------
+    str or None
+        The particles a run and hours the 1/N variance of log Ẑ asks for (`budget_needed`),
+        with why that would not suffice where `limit` names a reason; None for a CONVERGED
+        reference or one with nothing to say.
+    """
+    if v.get("converged", False):
+        return None
+    parts = []
+    if "particles_needed" in v:
+        hours = v.get("hours_needed")
+        parts.append(f"by the 1/N variance of log Ẑ, about {v['particles_needed']:,} particles a "
+                     "run would be needed" + ("" if hours is None else
+                                             f" (about {hours:.1f} hours of the machine that "
+                                             "computed it)"))
+    if not attainable(v):
+        parts.append(f"not attainable on this hardware (more than {ATTAINABLE_HOURS:g} hours)")
+    elif separate_modes(v):
+        parts.append(f"its {v['modes']} runs sit in {v['modes']} separate modes, one each: more "
+                     "particles a run narrow the spread of log Ẑ without bringing the runs "
+                     "together")
+    return "; ".join(parts) or None
+
+
 def attainable(v: dict) -> bool:
     """Whether a NOT CONVERGED reference could converge on the machine that computed it.
 
@@ -566,7 +600,7 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
 
 
 __all__ = ["ATTAINABLE_HOURS", "BRIDGE_SE_MAX", "ESS_MIN", "GOLD_DIR", "GOLD_FORMAT", "IS_KHAT_MAX",
-           "IS_MATCH", "IS_MAX_DIM", "LOG_Z_SD_MAX", "MIN_RUNS", "NLPD_TOL", "RHAT_MAX", "GoldReference",
-           "attainable", "budget_needed", "comparison_handoff", "criteria_text", "find", "limit",
-           "separate_modes", "store", "stored", "target_hash", "target_key", "target_points",
-           "target_symmetry", "verdict"]
+           "IS_MATCH", "IS_MAX_DIM", "LOG_Z_SD_MAX", "MIN_RUNS", "NLPD_TOL", "RHAT_MAX",
+           "GoldReference", "attainable", "budget_needed", "budget_text", "comparison_handoff",
+           "criteria_text", "find", "limit", "separate_modes", "store", "stored", "target_hash",
+           "target_key", "target_points", "target_symmetry", "verdict"]

@@ -282,6 +282,25 @@ def test_runs_in_separate_modes_label(tmp_path):
     assert not gold.separate_modes(v)
 
 
+def test_budget_text_says_what_a_larger_budget_would_do():
+    """The one sentence the report, the results page and the notebook print: the particles and
+    hours the 1/N rule asks for, then why that would not suffice (more hours than
+    ATTAINABLE_HOURS, or runs in separate modes); nothing for a CONVERGED reference."""
+    v = {"converged": False, "particles_needed": 2048, "hours_needed": 1.5, "modes": 2,
+         "chain_mode": [0, 0, 1, 1], "reasons": ["the runs' log evidence has sd 0.9 nats"]}
+    assert gold.budget_text(v) == ("by the 1/N variance of log Ẑ, about 2,048 particles a run "
+                                   "would be needed (about 1.5 hours of the machine that "
+                                   "computed it)")
+    v["hours_needed"] = gold.ATTAINABLE_HOURS + 1
+    assert gold.budget_text(v).endswith("; not attainable on this hardware (more than 8 hours)")
+    v.update(hours_needed=0.1, modes=4, chain_mode=[0, 1, 2, 3],
+             reasons=["runs disagree: R-hat up to 1.59 (f_test; > 1.01)"])
+    assert gold.budget_text(v).endswith("; its 4 runs sit in 4 separate modes, one each: more "
+                                        "particles a run narrow the spread of log Ẑ without "
+                                        "bringing the runs together")
+    assert gold.budget_text({"converged": True, "particles_needed": 10}) is None
+
+
 def test_stored_free_frequency_reference_is_labelled_by_its_modes():
     """The stored free-frequency pendulum reference: NOT CONVERGED with its runs in separate modes,
     and its label says so (never a bare NOT CONVERGED that a larger budget would mend)."""
