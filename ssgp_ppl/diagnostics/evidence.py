@@ -4,6 +4,7 @@ posterior draws."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -183,6 +184,7 @@ def _mvt_logpdf(x, mean, cov, df):
             - 0.5 * d * math.log(df * math.pi) - 0.5 * logdet
             - 0.5 * (df + d) * np.log1p(maha / df))
 
+
 def _kde_logpdf(z: np.ndarray, centres: np.ndarray, chol: np.ndarray, df: float) -> np.ndarray:
     """Log density at the rows of ``z`` of the equal mixture of multivariate t (``df``, scale
     matrix chol cholᵀ) centred on the rows of ``centres``."""
@@ -199,12 +201,15 @@ def _kde_logpdf(z: np.ndarray, centres: np.ndarray, chol: np.ndarray, df: float)
     return out
 
 
+@functools.lru_cache(maxsize=8)
 def _joint(log_prior, log_lik):
-    """log p(z) + log p(y | z) at the rows of a (n, D) array, in float64 numpy."""
+    """log p(z) + log p(y | z) at the rows of a (n, D) array, in float64 numpy; one compiled
+    function per (log prior, log likelihood) pair, which the symmetry check, importance sampling
+    and bridge sampling of one target share."""
     joint = jax.jit(jax.vmap(lambda v: log_prior(v) + log_lik(v)))
-    dtype = jnp.result_type(float)
 
     def evaluate(z):
+        dtype = jnp.result_type(float)  # the float width in force at the call
         return np.concatenate([np.asarray(joint(jnp.asarray(z[i:i + IS_CHUNK], dtype)), np.float64)
                                for i in range(0, len(z), IS_CHUNK)])
 
@@ -419,11 +424,10 @@ def bridge_log_evidence(log_prior, log_lik, particles, *, draws: int = 60_000, s
 
     for _ in range(BRIDGE_MAX_ITERS):
         f1, f2 = terms(log_r)
-        new = log_r + math.log(f1.mean()) - math.log(f2.mean())
-        if abs(new - log_r) < BRIDGE_TOL:
-            log_r = new
+        step = math.log(f1.mean()) - math.log(f2.mean())
+        log_r += step
+        if abs(step) < BRIDGE_TOL:
             break
-        log_r = new
     f1, f2 = terms(log_r)
     re2 = f1.var() / (n2 * f1.mean() ** 2) + f2.var() / (n1 * f2.mean() ** 2)
     return float(log_r), float(math.sqrt(re2))

@@ -120,9 +120,8 @@ def posterior_comparison(approx: xr.Dataset, reference: xr.Dataset, *, seed: int
     ``w1_scaled`` the same with each component divided by the reference's sd, ``kl`` the
     nearest-neighbour estimate of KL(approx ‖ reference) per component averaged
     (``arviz_stats.kl_divergence``'s estimate, :func:`marginal_kl`; at most KL_MAX_COMPONENTS
-    evenly spaced components), and the
-    ratio of posterior standard deviations sd_approx / sd_ref: median, min and max over components
-    (< 1: VI understates the uncertainty).
+    evenly spaced components), and the ratio of posterior standard deviations sd_approx /
+    sd_ref: median, min and max over components (< 1: VI understates the uncertainty).
     """
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         # tied draws give a zero nearest-neighbour distance: KL is then inf (reported as such)
