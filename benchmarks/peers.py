@@ -20,10 +20,10 @@ method: test NMSE, MNLP, 90% coverage; fit and predict seconds. On the large set
 an accuracy-vs-time trajectory (test NMSE and MNLP every ``eval_every`` steps, the evaluation
 excluded from the clock).
 
-With several ``--seeds``, seed k fits with seed k on split k (on split 0 where the set ships
-fewer splits) and is written to ``<method>.seed<k>.json`` (seed 0
-keeps ``<method>.json``). The summary then compares means over the seeds and says, for each
-target, whether it is met or missed by more than the standard errors of both sides ("met",
+With several ``--seeds``, seed k fits with seed k on split k (every set ships at least 5 splits;
+a seed past a set's last split is one error line) and is written to ``<method>.seed<k>.json``
+(seed 0 keeps ``<method>.json``). The summary then compares means over the seeds and says, for
+each target, whether it is met or missed by more than the standard errors of both sides ("met",
 "missed") or not told apart ("within se").
 """
 
@@ -107,14 +107,8 @@ def machine() -> dict:
 
 
 def load_set(name: str, data_dir=None, split: int = 0):
-    """The set on ``split``; on split 0 where the set ships fewer splits."""
     data, subsample, _ = SETS[name]
-    try:
-        return datasets.load(data, split=split, subsample=subsample, data_dir=data_dir)
-    except SSGPError as e:
-        if split == 0 or "out of range" not in str(e):
-            raise
-        return datasets.load(data, split=0, subsample=subsample, data_dir=data_dir)
+    return datasets.load(data, split=split, subsample=subsample, data_dir=data_dir)
 
 
 def record_path(out: Path, set_name: str, method: str, seed: int) -> Path:
@@ -256,7 +250,8 @@ def over_seeds(records: list[dict]) -> list[dict]:
 
 
 def decided(value: float, threshold: float, se: float) -> str:
-    """"met" (value ≤ threshold by more than se), "missed" (above by more) or "within se"."""
+    """A target read with its standard error: "met" (``value`` below ``threshold`` by at least
+    ``se``), "missed" (above it by more than ``se``) or "within se"."""
     if value + se <= threshold:
         return "met"
     if value - se > threshold:
@@ -357,11 +352,15 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"peers.py: --seeds takes comma-separated integers, got {a.seeds!r}", file=sys.stderr)
         return 2
-    for seed in [] if a.gather else seeds:
-        for s in sets:
-            for m in methods:
-                measure(s, m, out=a.out, quick=a.quick, seed=seed, overwrite=a.overwrite,
-                        data_dir=a.data_dir)
+    try:
+        for seed in [] if a.gather else seeds:
+            for s in sets:
+                for m in methods:
+                    measure(s, m, out=a.out, quick=a.quick, seed=seed, overwrite=a.overwrite,
+                            data_dir=a.data_dir)
+    except SSGPError as e:  # a set that cannot be loaded (no such split, missing files)
+        print(f"peers.py: {one_line(e)}", file=sys.stderr)
+        return 2
     doc = gather(a.out)
     write_json(a.out / "peers.json", doc)
     print(json.dumps(doc["summary"], indent=1))
