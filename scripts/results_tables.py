@@ -385,7 +385,6 @@ def vi_vs_gold() -> str:
     return "\n".join(out)
 
 
-# slug: (title, what produced it, the table)
 def _grouped_readings(rows: list[dict]) -> list[str]:
     """The quantities not read calibrated, grouped by name (kernel[0, 0.5], kernel[0, 1], … are
     one "kernel" group): each reading with how many of the group's components it has, e.g.
@@ -429,6 +428,7 @@ def sbc() -> str:
     return "\n".join([head, *lines])
 
 
+# slug: (title, what produced it, the table)
 TABLES = {
     "catalog": ("Catalog entries on pendulum and Auto-MPG",
                 "`python benchmarks/catalog_metrics.py` (split 0, each entry's catalog settings; "
