@@ -39,7 +39,7 @@ TARGETS = {
     "tan_va_svi:pendulum": {"particles": 256, "mcmc_steps": 20},
     "tan_va_svi:autompg": {"particles": 512, "mcmc_steps": 20},
     # free frequencies, one mode a run at 512 (R-hat 1.64, log Z sd 2.99) and at 4,096 particles
-    # (R-hat 1.59, sd 0.95; 75 s on an H100, ~8 hours on 2 CPU cores)
+    # (R-hat 1.59, sd 0.95; 75 s on an H100, ~8 hours on 2 CPU cores by the 512-particle runs)
     "ssgp_svi:pendulum": {"particles": 4096, "mcmc_steps": 20},
     "ssgp_svi:autompg": {"particles": 512, "mcmc_steps": 20},
 }
