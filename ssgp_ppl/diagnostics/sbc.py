@@ -21,9 +21,9 @@ ranked: a data-dependent test quantity, which is sensitive to what the parameter
   and the log-likelihood log p(ỹ | f, σ_n).
 * Methods (:data:`METHODS`): ``vi`` (the entry's guide by SVI, one path), ``vi_stacked`` (its K
   paths from dispersed starts, stacked; Yao, Vehtari & Gelman 2022), ``ncvmp`` (Tan et al. 2016,
-  Algorithm 2) and ``reference`` (adaptive tempered SMC, s integrated out). The simulations of a
-  batch run as one ``jax.vmap`` inside one jit (same program, different ỹ); every batch reuses
-  the compiled programs.
+  Algorithm 2) and ``reference`` (adaptive tempered SMC, s integrated out, then NUTS chains
+  from its particles). The simulations of a batch run as one ``jax.vmap`` inside one jit (same
+  program, different ỹ); every batch reuses the compiled programs.
 * Uniformity (:func:`reading`): the ECDF of the ranks against the simultaneous band of
   Säilynoja, Bürkner & Vehtari 2022 (``arviz_stats.ecdf_utils``, the band of the PIT panels
   of :mod:`ssgp_ppl.diagnostics.calibration`) and a χ² test of binned ranks.
@@ -304,6 +304,7 @@ class SBCMethod:
 
     name = ""
     description = ""
+    version = 1  # raised when the program changes: a checkpoint of another version is refused
 
     def applies(self, entry) -> bool:
         raise NotImplementedError
@@ -663,17 +664,29 @@ class NCVMPFit(SBCMethod):
 
 class Reference(SBCMethod):
     name = "reference"
+    version = 2  # NUTS chains after the SMC
     description = ("adaptive tempered SMC (s integrated out, type-II sites at their simulated "
-                   "values): the reference, at small size")
+                   "values), then NUTS chains from its particles: the reference, at small size")
 
     def applies(self, entry) -> bool:
         return True
 
     def program(self, des, draws, *, progress=False):
-        """:func:`ssgp_ppl.inference.smc.tempered_smc_program`, the program of the ``smc`` method's runs,
-        vmapped over the simulations' ỹ in one jit: one run of ``smc.particles`` per simulation,
-        adapting its own kernels (``smc.pilot`` and ``smc.runs`` are the method's, not SBC's);
-        then L of its particles, s from its exact conditional where it is integrated out."""
+        """:func:`ssgp_ppl.inference.smc.tempered_smc_program`, the program of the ``smc``
+        method's runs, then ``smc.chains`` NUTS chains started from its particles (``smc.warmup``
+        adaptation steps, a dense mass matrix, 2L / chains draws each, at most ``smc.samples``),
+        as the ``smc`` method's polishing does; vmapped over the simulations' ỹ in one jit
+        (``smc.pilot`` and ``smc.runs`` are the method's, not SBC's). The L draws are taken from
+        the chains' draws, s from its exact conditional where it is integrated out.
+
+        The chains are needed: where a simulation's signal is large against its noise, the
+        posterior concentrates in a narrow region of the frequencies that the tempered
+        particles do not reach, and SMC alone reads the noise biased high and the
+        log-likelihood low (``tan_va``, 20 simulations: the true log-likelihood above every
+        particle's in 6; 8× the particles or 5× the HMC moves left it so, the NUTS chains
+        from the same particles reach it)."""
+        import blackjax
+
         from ssgp_ppl.inference.methods.smc import SMCSettings, target_model
         from ssgp_ppl.inference.runners import site_values
         from ssgp_ppl.inference.smc import data_potentials, prior_positions, tempered_smc_program
@@ -688,9 +701,14 @@ class Reference(SBCMethod):
             type2 = {k: start[k][0] for k in spec.learned_sites()}
         model, collapsed = target_model(des.entry, spec, type2, s.collapse)
         particles = s.particles
-        if draws > particles:
-            raise SSGPError(f"the reference keeps {draws} draws of {particles} particles; raise "
-                            "smc.particles or lower --draws")
+        # 2L/chains draws a chain (at most smc.samples): L of them kept, about every other draw
+        per_chain = min(s.samples, -(-2 * draws // s.chains))
+        if draws > s.chains * per_chain:
+            raise SSGPError(f"the reference keeps {draws} draws of {s.chains * per_chain} "
+                            f"({s.chains} chains × {per_chain}); raise smc.samples or lower "
+                            "--draws")
+        if s.chains > particles:
+            raise SSGPError(f"smc.chains ({s.chains}) exceeds smc.particles ({particles})")
         y0 = jnp.zeros(x.shape[0], x.dtype)  # the shapes; each simulation's ỹ is an argument
         log_prior, log_lik, unravel, names, transforms = data_potentials(model, x, y0)
         probe = jax.eval_shape(lambda k: prior_positions(model, x, y0, names, transforms, 2, k),
@@ -700,13 +718,41 @@ class Reference(SBCMethod):
                                    integration_steps=s.integration_steps,
                                    target_ess=s.target_ess, mass=s.mass)
 
+        def polish(pos, key, yy):
+            """``smc.chains`` NUTS chains from distinct particles: (chains · samples, D) draws
+            and the number of divergent transitions."""
+            def logdensity(z):
+                return log_prior(z, (x, yy)) + log_lik(z, (x, yy))
+
+            k0, k1 = jax.random.split(key)
+            starts = pos[jax.random.choice(k0, particles, (s.chains,), replace=False)]
+
+            def chain(z0, k):
+                ka, kb = jax.random.split(k)
+                adapt = blackjax.window_adaptation(
+                    blackjax.nuts, logdensity, is_mass_matrix_diagonal=False,
+                    target_acceptance_rate=s.target_accept, max_num_doublings=s.max_tree_depth)
+                (state, params), _ = adapt.run(ka, z0, num_steps=s.warmup)
+                step = blackjax.nuts(logdensity, **params).step  # params: step, mass, depth
+
+                def one(st, kk):
+                    st, info = step(kk, st)
+                    return st, (st.position, info.is_divergent)
+
+                _, (zs, div) = jax.lax.scan(one, state, jax.random.split(kb, per_chain))
+                return zs, div.sum()
+
+            zs, div = jax.vmap(chain)(starts, jax.random.split(k1, s.chains))
+            return zs.reshape((-1,) + zs.shape[2:]), div.sum()
+
         @jax.jit
         def fit(y, keys):
             def one(yy, key):  # prior draws and the key stream as tempered_smc_runs' run
                 z0 = prior_positions(model, x, yy, names, transforms, particles,
                                      jax.random.fold_in(key, 0))
                 res = smc(z0, key, (x, yy))
-                return res.positions, res.beta
+                zs, div = polish(res.positions, jax.random.fold_in(key, 3), yy)
+                return zs, res.beta, div
 
             return jax.vmap(one)(y, keys)
 
@@ -717,18 +763,19 @@ class Reference(SBCMethod):
         def posterior(positions, keys, y):
             def one(pos, key, yy):
                 k1, k2 = jax.random.split(key)
-                keep = jax.random.permutation(k1, particles)[:draws]
+                keep = jax.random.permutation(k1, pos.shape[0])[:draws]
                 return _draw_sites(site_values(model, {}, jax.vmap(constrain)(pos[keep]), x[:1]),
                                    spec, x, yy, k2, draws, collapsed)
 
             return jax.vmap(one)(positions, keys, y)
 
         def run(y, keys):
-            pos, beta = fit(jnp.asarray(y), _fit_keys(keys))
+            pos, beta, div = fit(jnp.asarray(y), _fit_keys(keys))
             sites = posterior(pos, _draw_keys(keys), jnp.asarray(y))
             failed = np.asarray(beta) < 1.0
+            converged = ~failed & (np.asarray(div) == 0)
             return Batch({k: np.asarray(v) for k, v in sites.items()}, np.zeros(len(y)),
-                         ~failed, failed)
+                         converged, failed)
 
         run.compiled = lambda: {"smc": fit._cache_size(), "posterior": posterior._cache_size()}
         return run
@@ -797,6 +844,7 @@ def _fingerprint(des: Design, sims, seed, draws, batch, names) -> dict:
                        rows=[int(r) for r in des.rows], inputs=_inputs_digest(des), sims=sims,
                        seed=seed, draws=draws,
                        batch=batch, methods=list(names), jax=jax.__version__,
+                       versions=[METHODS[n].version for n in names],
                        x64=bool(jax.config.jax_enable_x64))
 
 
