@@ -29,7 +29,7 @@ import pytest  # noqa: E402
 from ssgp_ppl.data import datasets  # noqa: E402
 
 LONGEST = ("test_docs.py::test_docs_site_builds", "test_smc.py::test_multimodal",
-           "test_docs.py::test_python_examples",
+           "test_docs.py::test_python_examples", "test_readme.py::test_main_job",
            "test_packaging.py::", "test_methods.py::", "test_properties.py::", "test_tan.py::",
            "test_report.py::", "test_catalog_metrics.py::", "test_api.py::",
            "test_checkpoint.py::test_cli_sigint", "test_sharding.py::", "test_cluster.py::",

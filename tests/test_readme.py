@@ -27,9 +27,6 @@ def test_ci_runs_the_readme_test_command():
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(),
                     reason="needs a git checkout to clone")
-@pytest.mark.skipif(os.environ.get("SSGP_PPL_README_JOB") != "1",
-                    reason="a fresh install and the job (minutes): SSGP_PPL_README_JOB=1 runs it; it "
-                    "is run from a fresh clone before each release")
 def test_main_job_from_a_fresh_clone(tmp_path):
     """Clone HEAD, run the main-job command verbatim, check the report it writes."""
     clone = tmp_path / "clone"
