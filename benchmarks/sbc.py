@@ -9,9 +9,14 @@ share of the ECDF outside the 99% simultaneous band and the reading. Each entry'
 after every batch in ``--runs/<entry>``; ``--resume`` continues those runs and skips entries
 already in the JSON. Records are written after each entry (atomically).
 
+Each entry's rank histograms and ECDF-difference plots of a few quantities (noise, signal, the
+first input's frequency spread and kernel value, f at the middle design point, the
+log-likelihood: :data:`FIGURE_QUANTITIES`) go to ``reports/sbc/<entry>.png`` for the results
+page; ``--figures`` draws them again from the runs' DataTrees without fitting anything.
+
 Usage: python benchmarks/sbc.py [--entries ...] [--sims 200] [--data pendulum]
        [--max-minutes 15] [--out reports/sbc.json] [--runs runs/sbc] [--resume]
-       [--set svi.steps=5000 ...]
+       [--set svi.steps=5000 ...] [--figures]
 """
 
 from __future__ import annotations
@@ -29,6 +34,27 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, b
 from ssgp_ppl.diagnostics import sbc  # noqa: E402
 from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
 from ssgp_ppl.runtime.io import write_json  # noqa: E402
+
+
+FIGURE_QUANTITIES = ("noise", "signal", "frequency_spread[0]", "kernel[0, 0.5]", "f[20]",
+                     "log_likelihood")
+
+
+def save_figure(name: str, res: sbc.Result, folder: Path) -> Path:
+    """``folder/<name>.png``: :data:`FIGURE_QUANTITIES` (those the entry ranks), methods side by
+    side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    have = [str(q) for q in res.tree["ranks"]["quantity"].values]
+    fig = sbc.figure(res, [q for q in FIGURE_QUANTITIES if q in have], cols=3)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
 
 
 def latent_entries() -> list[str]:
@@ -66,8 +92,16 @@ def main(argv=None) -> int:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--figures", action="store_true",
+                   help="draw the figures of the entries in --out again from their runs; no fits")
     args = p.parse_args(argv)
     out = Path(args.out)
+    figures = out.parent / "sbc"
+    if args.figures:
+        for r in json.loads(out.read_text())["records"]:
+            path = save_figure(r["entry"], sbc.load(Path(args.runs) / r["entry"]), figures)
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
     doc = {"sims": args.sims, "data": args.data, "max_minutes": args.max_minutes,
            "settings": list(sbc.SMALL_SETTINGS) + args.sets, "machine": platform.machine(),
            "cpus": os.cpu_count(), "records": []}
@@ -86,6 +120,7 @@ def main(argv=None) -> int:
                       progress=not args.no_progress)
         rec = record(name, res, time.perf_counter() - t0)
         doc["records"].append(rec)
+        save_figure(name, res, figures)
         write_json(out, doc)
         print(f"{name}: {rec['sims_done']}/{args.sims} simulations in {rec['seconds']:.0f} s, "
               f"s/simulation {rec['seconds_per_simulation']}, calibrated {rec['calibrated']}",

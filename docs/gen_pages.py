@@ -24,7 +24,7 @@ import mkdocs_gen_files
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from results_tables import PEERS_FIGURE, TABLES, peers_figure  # noqa: E402
+from results_tables import PEERS_FIGURE, TABLES, peers_figure, sbc_figures  # noqa: E402
 
 from ssgp_ppl.api import catalog  # noqa: E402
 from ssgp_ppl.entry import BUILTIN_CATALOG, schema  # noqa: E402
@@ -212,6 +212,9 @@ def results_pages() -> list[str]:
         written.append(slug)
     with mkdocs_gen_files.open(f"results/{PEERS_FIGURE}", "wb") as f:
         peers_figure(f)
+    for fig in sbc_figures():
+        with mkdocs_gen_files.open(f"results/sbc-{fig.name}", "wb") as f:
+            f.write(fig.read_bytes())
     from ssgp_ppl.report import REPORT_FORMAT
 
     sections = []

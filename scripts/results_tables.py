@@ -407,25 +407,45 @@ def _grouped_readings(rows: list[dict]) -> list[str]:
     return out
 
 
+def sbc_figures() -> list[Path]:
+    """The entries' SBC figures (``reports/sbc/<entry>.png``, ``benchmarks/sbc.py``), in the
+    order of the records."""
+    path = ROOT / "reports" / "sbc.json"
+    if not path.exists():
+        return []
+    names = [r["entry"] for r in json.loads(path.read_text())["records"]]
+    return [f for f in (ROOT / "reports" / "sbc" / f"{n}.png" for n in names) if f.exists()]
+
+
 def sbc() -> str:
     """reports/sbc.json (benchmarks/sbc.py) as a Markdown table: per entry and SBC method, the
-    quantities read calibrated, seconds per simulation, failed fits and the quantities that were
-    not (with their reading)."""
+    quantities read calibrated, seconds per simulation, the fits that converged (VI: the stop
+    rule; NCVMP: its bound; the reference: every temperature reached and no divergent NUTS
+    transition) and that failed, and the quantities that were not calibrated (with their
+    reading)."""
     path = ROOT / "reports" / "sbc.json"
     if not path.exists():
         return "*Not generated yet: run `python benchmarks/sbc.py` (writes `reports/sbc.json`).*"
     doc = json.loads(path.read_text())
-    head = ("| entry | method | simulations | calibrated | s / simulation | failed | "
-            "not calibrated |\n| --- | --- | --- | --- | --- | --- | --- |")
+    head = ("| entry | method | simulations | calibrated | s / simulation | converged | failed | "
+            "not calibrated |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = []
     for r in doc["records"]:
         for m, tally in r["calibrated"].items():
             bad = _grouped_readings([s for s in r["summary"] if s["method"] == m])
             sims = f"{r['sims_done']}" + ("" if not r["stopped"] else f" of {r['sims']} (stopped)")
             lines.append(f"| `{r['entry']}` | {m} | {sims} | {tally} | "
-                         f"{r['seconds_per_simulation'][m]:.2f} | {r['failed'][m]} | "
+                         f"{r['seconds_per_simulation'][m]:.2f} | "
+                         f"{r['converged'][m]} of {r['sims_done']} | {r['failed'][m]} | "
                          f"{'; '.join(bad) or '–'} |")
-    return "\n".join([head, *lines])
+    figs = [f"### `{f.stem}`\n\n![SBC of {f.stem}: rank histograms and ECDF − uniform with the "
+            f"99% band](sbc-{f.name})" for f in sbc_figures()]
+    if figs:
+        figs.insert(0, "## Rank histograms and ECDF differences\n\nFor each entry: the noise, "
+                    "signal, first input's frequency spread and kernel at lag 0.5, f at the "
+                    "middle design point and the log-likelihood (the quantities it ranks), "
+                    "methods side by side, the grey band the 99% simultaneous band.")
+    return "\n\n".join(["\n".join([head, *lines]), *figs])
 
 
 # slug: (title, what produced it, the table)
@@ -445,7 +465,9 @@ TABLES = {
             "N simulations on 40 pendulum inputs at small size (m = 6, L = 99 draws), each SBC "
             "method that applies; a quantity is calibrated when the ECDF of its ranks stays in "
             "the 99% simultaneous band and the χ² test does not reject at 1% "
-            "([Simulation-based calibration](../guide/sbc.md)).", sbc),
+            "([Simulation-based calibration](../guide/sbc.md)). A fit converged when VI's stop "
+            "rule or NCVMP's bound said so, and for the reference when its SMC reached every "
+            "temperature and no NUTS transition diverged.", sbc),
     "step-time": ("Time per optimisation step",
                   "`python benchmarks/step_time.py --plain-loop` (`reports/performance/"
                   "step_time.json`): milliseconds per SVI / ML step of each catalog entry on "

@@ -719,7 +719,7 @@ class Reference(SBCMethod):
                                    target_ess=s.target_ess, mass=s.mass)
 
         def polish(pos, key, yy):
-            """``smc.chains`` NUTS chains from distinct particles: (chains · samples, D) draws
+            """``smc.chains`` NUTS chains from distinct particles: (chains · per_chain, D) draws
             and the number of divergent transitions."""
             def logdensity(z):
                 return log_prior(z, (x, yy)) + log_lik(z, (x, yy))

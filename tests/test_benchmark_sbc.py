@@ -1,0 +1,51 @@
+"""benchmarks/sbc.py: a run writes each entry's record and figure; ``--figures`` draws the figures
+again from the runs' DataTrees; the results page lists each record's reading and figure."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+
+def _python(code: str) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT / "scripts"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_sbc_benchmark_writes_records_and_figures(tmp_path):
+    out = tmp_path / "reports" / "sbc.json"
+    runs = tmp_path / "runs"
+    fig = tmp_path / "reports" / "sbc" / "svbssgp.png"
+    page = _python(f"""
+        from pathlib import Path
+        import results_tables, sbc
+        args = ["--entries", "svbssgp", "--sims", "3", "--out", r"{out}", "--runs", r"{runs}",
+                "--no-progress"]
+        for s in ("m=2", "svi.steps=40", "svi.chunk=20", "svi.min_steps=0",
+                  "smc.particles=16", "smc.mcmc_steps=2", "smc.integration_steps=4",
+                  "smc.warmup=10"):
+            args += ["--set", s]
+        assert sbc.main(args) == 0
+        fig = Path(r"{fig}")
+        assert fig.read_bytes()[:8] == b"\\x89PNG\\r\\n\\x1a\\n"
+        fig.unlink()
+        assert sbc.main(["--figures", "--out", r"{out}", "--runs", r"{runs}"]) == 0
+        results_tables.ROOT = Path(r"{tmp_path}")
+        print(results_tables.sbc())
+    """)
+    rec = json.loads(out.read_text())["records"][0]
+    assert rec["entry"] == "svbssgp" and rec["sims_done"] == 3
+    assert set(rec["calibrated"]) == {"vi", "reference"}
+    assert all(0 <= rec["converged"][m] <= 3 for m in rec["converged"])
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # drawn again from the run
+    assert "| `svbssgp` | vi | 3 |" in page and " of 3 | 0 |" in page
+    assert "](sbc-svbssgp.png)" in page
