@@ -60,6 +60,7 @@ F_ROWS = 3  # design points whose f is ranked (first, middle, last)
 BAND = 0.99  # the simultaneous band of the ECDF reading (as calibration.PIT_BAND)
 CHI2_BINS = 10  # at most; fewer where there are under 5 simulations a bin
 ALPHA = 0.01  # the χ² test's level in the reading
+RHAT_MAX = 1.01  # the reference's chains: rank R-hat of the log density (as gold.RHAT_MAX)
 CHECKPOINT = "sbc_checkpoint.npz"
 TREE = "sbc.nc"
 SUMMARY = "sbc.json"
@@ -664,7 +665,7 @@ class NCVMPFit(SBCMethod):
 
 class Reference(SBCMethod):
     name = "reference"
-    version = 2  # NUTS chains after the SMC
+    version = 3  # NUTS chains after the SMC, thinned, R-hat across chains
     description = ("adaptive tempered SMC (s integrated out, type-II sites at their simulated "
                    "values), then NUTS chains from its particles: the reference, at small size")
 
@@ -673,11 +674,14 @@ class Reference(SBCMethod):
 
     def program(self, des, draws, *, progress=False):
         """:func:`ssgp_ppl.inference.smc.tempered_smc_program`, the program of the ``smc``
-        method's runs, then ``smc.chains`` NUTS chains started from its particles (``smc.warmup``
-        adaptation steps, a dense mass matrix, 2L / chains draws each, at most ``smc.samples``),
-        as the ``smc`` method's polishing does; vmapped over the simulations' ỹ in one jit
-        (``smc.pilot`` and ``smc.runs`` are the method's, not SBC's). The L draws are taken from
-        the chains' draws, s from its exact conditional where it is integrated out.
+        method's runs, then ``smc.chains`` NUTS chains (blackjax) started from distinct
+        particles, like the ``smc`` method's polishing: ``smc.warmup`` steps of window
+        adaptation (the mass matrix dense or diagonal as ``smc.mass`` says), then 2L / chains
+        draws each (at most ``smc.samples``), thinned evenly to L; vmapped over the simulations'
+        ỹ in one jit (``smc.pilot`` and ``smc.runs`` are the method's, not SBC's). s is drawn
+        from its exact conditional where it is integrated out. A simulation's fit converged
+        when the SMC reached β = 1, no NUTS transition diverged and the rank R-hat of the log
+        density across the chains is at most :data:`RHAT_MAX`.
 
         The chains are needed: where a simulation's signal is large against its noise, the
         posterior concentrates in a narrow region of the frequencies that the tempered
@@ -686,10 +690,12 @@ class Reference(SBCMethod):
         particle's in 6; 8× the particles or 5× the HMC moves left it so, the NUTS chains
         from the same particles reach it)."""
         import blackjax
+        from blackjax.adaptation.base import get_filter_adapt_info_fn
 
         from ssgp_ppl.inference.methods.smc import SMCSettings, target_model
         from ssgp_ppl.inference.runners import site_values
-        from ssgp_ppl.inference.smc import data_potentials, prior_positions, tempered_smc_program
+        from ssgp_ppl.inference.smc import (data_potentials, mass_kind, prior_positions,
+                                            tempered_smc_program)
 
         s = SMCSettings.of(des.entry, "smc")
         spec = des.spec
@@ -701,7 +707,7 @@ class Reference(SBCMethod):
             type2 = {k: start[k][0] for k in spec.learned_sites()}
         model, collapsed = target_model(des.entry, spec, type2, s.collapse)
         particles = s.particles
-        # 2L/chains draws a chain (at most smc.samples): L of them kept, about every other draw
+        # 2L/chains draws a chain (at most smc.samples), thinned evenly to L: every other draw
         per_chain = min(s.samples, -(-2 * draws // s.chains))
         if draws > s.chains * per_chain:
             raise SSGPError(f"the reference keeps {draws} draws of {s.chains * per_chain} "
@@ -717,33 +723,40 @@ class Reference(SBCMethod):
                                    particles=particles, mcmc_steps=s.mcmc_steps,
                                    integration_steps=s.integration_steps,
                                    target_ess=s.target_ess, mass=s.mass)
+        diagonal = mass_kind(s.mass, probe.shape[-1]) == "diag"
+        keep = jnp.asarray(np.linspace(0, s.chains * per_chain - 1, draws).round().astype(int))
 
         def polish(pos, key, yy):
-            """``smc.chains`` NUTS chains from distinct particles: (chains · per_chain, D) draws
-            and the number of divergent transitions."""
+            """``smc.chains`` NUTS chains from distinct particles (resampling repeats them):
+            draws (chains, per_chain, D), their log densities (chains, per_chain) and the number
+            of divergent transitions."""
             def logdensity(z):
                 return log_prior(z, (x, yy)) + log_lik(z, (x, yy))
 
             k0, k1 = jax.random.split(key)
-            starts = pos[jax.random.choice(k0, particles, (s.chains,), replace=False)]
+            new = jnp.concatenate([jnp.ones(1, bool), jnp.any(pos[1:] != pos[:-1], axis=-1)])
+            weight = jnp.where(jnp.sum(new) >= s.chains, new, True).astype(pos.dtype)
+            starts = pos[jax.random.choice(k0, particles, (s.chains,), replace=False,
+                                           p=weight / weight.sum())]
 
             def chain(z0, k):
                 ka, kb = jax.random.split(k)
                 adapt = blackjax.window_adaptation(
-                    blackjax.nuts, logdensity, is_mass_matrix_diagonal=False,
-                    target_acceptance_rate=s.target_accept, max_num_doublings=s.max_tree_depth)
+                    blackjax.nuts, logdensity, is_mass_matrix_diagonal=diagonal,
+                    target_acceptance_rate=s.target_accept, max_num_doublings=s.max_tree_depth,
+                    adaptation_info_fn=get_filter_adapt_info_fn())
                 (state, params), _ = adapt.run(ka, z0, num_steps=s.warmup)
                 step = blackjax.nuts(logdensity, **params).step  # params: step, mass, depth
 
                 def one(st, kk):
                     st, info = step(kk, st)
-                    return st, (st.position, info.is_divergent)
+                    return st, (st.position, st.logdensity, info.is_divergent)
 
-                _, (zs, div) = jax.lax.scan(one, state, jax.random.split(kb, per_chain))
-                return zs, div.sum()
+                _, (zs, lp, div) = jax.lax.scan(one, state, jax.random.split(kb, per_chain))
+                return zs, lp, div.sum()
 
-            zs, div = jax.vmap(chain)(starts, jax.random.split(k1, s.chains))
-            return zs.reshape((-1,) + zs.shape[2:]), div.sum()
+            zs, lp, div = jax.vmap(chain)(starts, jax.random.split(k1, s.chains))
+            return zs, lp, div.sum()
 
         @jax.jit
         def fit(y, keys):
@@ -751,8 +764,8 @@ class Reference(SBCMethod):
                 z0 = prior_positions(model, x, yy, names, transforms, particles,
                                      jax.random.fold_in(key, 0))
                 res = smc(z0, key, (x, yy))
-                zs, div = polish(res.positions, jax.random.fold_in(key, 3), yy)
-                return zs, res.beta, div
+                zs, lp, div = polish(res.positions, jax.random.fold_in(key, 3), yy)
+                return zs.reshape((-1,) + zs.shape[2:])[keep], res.beta, div, lp
 
             return jax.vmap(one)(y, keys)
 
@@ -762,18 +775,20 @@ class Reference(SBCMethod):
         @jax.jit
         def posterior(positions, keys, y):
             def one(pos, key, yy):
-                k1, k2 = jax.random.split(key)
-                keep = jax.random.permutation(k1, pos.shape[0])[:draws]
-                return _draw_sites(site_values(model, {}, jax.vmap(constrain)(pos[keep]), x[:1]),
-                                   spec, x, yy, k2, draws, collapsed)
+                return _draw_sites(site_values(model, {}, jax.vmap(constrain)(pos), x[:1]),
+                                   spec, x, yy, jax.random.fold_in(key, 1), draws, collapsed)
 
             return jax.vmap(one)(positions, keys, y)
 
         def run(y, keys):
-            pos, beta, div = fit(jnp.asarray(y), _fit_keys(keys))
+            from arviz_stats.base import array_stats
+
+            pos, beta, div, lp = fit(jnp.asarray(y), _fit_keys(keys))
             sites = posterior(pos, _draw_keys(keys), jnp.asarray(y))
             failed = np.asarray(beta) < 1.0
-            converged = ~failed & (np.asarray(div) == 0)
+            rhat = np.asarray(array_stats.rhat(np.asarray(lp, np.float64), chain_axis=-2,
+                                               draw_axis=-1, method="rank"))
+            converged = ~failed & (np.asarray(div) == 0) & (rhat <= RHAT_MAX)
             return Batch({k: np.asarray(v) for k, v in sites.items()}, np.zeros(len(y)),
                          converged, failed)
 
@@ -844,7 +859,8 @@ def _fingerprint(des: Design, sims, seed, draws, batch, names) -> dict:
                        rows=[int(r) for r in des.rows], inputs=_inputs_digest(des), sims=sims,
                        seed=seed, draws=draws,
                        batch=batch, methods=list(names), jax=jax.__version__,
-                       versions=[METHODS[n].version for n in names],
+                       **({"versions": v} if (v := {n: METHODS[n].version for n in names
+                                                    if METHODS[n].version != 1}) else {}),
                        x64=bool(jax.config.jax_enable_x64))
 
 
@@ -865,8 +881,9 @@ def _load(path: Path, fp: dict) -> dict:
         raise SSGPError(f"{path}: not a readable SBC checkpoint ({type(e).__name__}: {e})") from None
     for k in sorted(set(meta) | set(fp)):
         if meta.get(k) != fp.get(k):
-            raise SSGPError(f"{path} was written by another SBC run ({k} differs); use another "
-                            "--out or drop --resume")
+            what = ("an earlier version of a method's program: delete it to run again"
+                    if k == "versions" else "use another --out or drop --resume")
+            raise SSGPError(f"{path} was written by another SBC run ({k} differs): {what}")
     return state
 
 
