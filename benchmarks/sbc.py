@@ -35,7 +35,6 @@ from ssgp_ppl.diagnostics import sbc  # noqa: E402
 from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
 from ssgp_ppl.runtime.io import write_json  # noqa: E402
 
-
 FIGURE_QUANTITIES = ("noise", "signal", "frequency_spread[0]", "kernel[0, 0.5]", "f[20]",
                      "log_likelihood")
 

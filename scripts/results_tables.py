@@ -407,13 +407,17 @@ def _grouped_readings(rows: list[dict]) -> list[str]:
     return out
 
 
-def sbc_figures() -> list[Path]:
-    """The entries' SBC figures (``reports/sbc/<entry>.png``, ``benchmarks/sbc.py``), in the
-    order of the records."""
+def _sbc_records() -> list[dict] | None:
+    """reports/sbc.json's records (benchmarks/sbc.py); None before it is written."""
     path = ROOT / "reports" / "sbc.json"
-    if not path.exists():
-        return []
-    names = [r["entry"] for r in json.loads(path.read_text())["records"]]
+    return json.loads(path.read_text())["records"] if path.exists() else None
+
+
+def sbc_figures(records: list[dict] | None = None) -> list[Path]:
+    """The entries' SBC figures (``reports/sbc/<entry>.png``, ``benchmarks/sbc.py``), in the
+    order of the records (default: reports/sbc.json's)."""
+    records = _sbc_records() if records is None else records
+    names = [r["entry"] for r in records or []]
     return [f for f in (ROOT / "reports" / "sbc" / f"{n}.png" for n in names) if f.exists()]
 
 
@@ -423,14 +427,13 @@ def sbc() -> str:
     rule; NCVMP: its bound; the reference: every temperature reached and no divergent NUTS
     transition) and that failed, and the quantities that were not calibrated (with their
     reading)."""
-    path = ROOT / "reports" / "sbc.json"
-    if not path.exists():
+    records = _sbc_records()
+    if records is None:
         return "*Not generated yet: run `python benchmarks/sbc.py` (writes `reports/sbc.json`).*"
-    doc = json.loads(path.read_text())
     head = ("| entry | method | simulations | calibrated | s / simulation | converged | failed | "
             "not calibrated |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = []
-    for r in doc["records"]:
+    for r in records:
         for m, tally in r["calibrated"].items():
             bad = _grouped_readings([s for s in r["summary"] if s["method"] == m])
             sims = f"{r['sims_done']}" + ("" if not r["stopped"] else f" of {r['sims']} (stopped)")
@@ -439,7 +442,7 @@ def sbc() -> str:
                          f"{r['converged'][m]} of {r['sims_done']} | {r['failed'][m]} | "
                          f"{'; '.join(bad) or '–'} |")
     figs = [f"### `{f.stem}`\n\n![SBC of {f.stem}: rank histograms and ECDF − uniform with the "
-            f"99% band](sbc-{f.name})" for f in sbc_figures()]
+            f"99% band](sbc-{f.name})" for f in sbc_figures(records)]
     if figs:
         figs.insert(0, "## Rank histograms and ECDF differences\n\nFor each entry: the noise, "
                     "signal, first input's frequency spread and kernel at lag 0.5, f at the "

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from ssgp_ppl.diagnostics import invariants
+from ssgp_ppl.diagnostics import gold, invariants
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.inference import methods
 from ssgp_ppl.model import spectral
@@ -60,7 +60,7 @@ F_ROWS = 3  # design points whose f is ranked (first, middle, last)
 BAND = 0.99  # the simultaneous band of the ECDF reading (as calibration.PIT_BAND)
 CHI2_BINS = 10  # at most; fewer where there are under 5 simulations a bin
 ALPHA = 0.01  # the χ² test's level in the reading
-RHAT_MAX = 1.01  # the reference's chains: rank R-hat of the log density (as gold.RHAT_MAX)
+RHAT_MAX = gold.RHAT_MAX  # the reference's chains: rank R-hat of the log density
 CHECKPOINT = "sbc_checkpoint.npz"
 TREE = "sbc.nc"
 SUMMARY = "sbc.json"
@@ -687,15 +687,14 @@ class Reference(SBCMethod):
         posterior concentrates in a narrow region of the frequencies that the tempered
         particles do not reach, and SMC alone reads the noise biased high and the
         log-likelihood low (``tan_va``, 20 simulations: the true log-likelihood above every
-        particle's in 6; 8× the particles or 5× the HMC moves left it so, the NUTS chains
+        particle's in 6; in 5 with 8× the particles, in 6 with 5× the HMC moves; the NUTS chains
         from the same particles reach it)."""
         import blackjax
         from blackjax.adaptation.base import get_filter_adapt_info_fn
 
         from ssgp_ppl.inference.methods.smc import SMCSettings, target_model
         from ssgp_ppl.inference.runners import site_values
-        from ssgp_ppl.inference.smc import (data_potentials, mass_kind, prior_positions,
-                                            tempered_smc_program)
+        from ssgp_ppl.inference.smc import data_potentials, mass_kind, prior_positions, tempered_smc_program
 
         s = SMCSettings.of(des.entry, "smc")
         spec = des.spec
@@ -781,14 +780,14 @@ class Reference(SBCMethod):
             return jax.vmap(one)(positions, keys, y)
 
         def run(y, keys):
-            from arviz_stats.base import array_stats
+            from arviz_stats import rhat
 
             pos, beta, div, lp = fit(jnp.asarray(y), _fit_keys(keys))
             sites = posterior(pos, _draw_keys(keys), jnp.asarray(y))
             failed = np.asarray(beta) < 1.0
-            rhat = np.asarray(array_stats.rhat(np.asarray(lp, np.float64), chain_axis=-2,
-                                               draw_axis=-1, method="rank"))
-            converged = ~failed & (np.asarray(div) == 0) & (rhat <= RHAT_MAX)
+            r = np.asarray(rhat(np.asarray(lp, np.float64), method="rank", chain_axis=-2,
+                                draw_axis=-1))
+            converged = ~failed & (np.asarray(div) == 0) & (r <= RHAT_MAX)
             return Batch({k: np.asarray(v) for k, v in sites.items()}, np.zeros(len(y)),
                          converged, failed)
 
