@@ -53,6 +53,7 @@ from ssgp_ppl.data import datasets  # noqa: E402
 from ssgp_ppl.diagnostics.metrics import regression_metrics  # noqa: E402
 from ssgp_ppl.entry import load_entry  # noqa: E402
 from ssgp_ppl.errors import SSGPError, one_line  # noqa: E402
+from ssgp_ppl.inference import sizing  # noqa: E402
 from ssgp_ppl.runtime.io import write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,6 +92,7 @@ COST_FORMULA = {"steps": "steps × paths × n × (2m)²", "ncvmp": "iterations �
 # subsample, 6,000 steps, 1.1e12: 109 s), the type-II ssgp at m = 20, whose features cost more
 # beside its small Gram matrix, 2.4e9 (AIRLINE 100k, 4.6e11: 189 s).
 FULL_BATCH_MAX = 6e12
+QUICK_BUDGET = 10.0  # --quick: the seconds an m = "auto" entry is sized within
 
 
 def log(*a):
@@ -150,10 +152,11 @@ def run_peer(name: str, ds, *, large: bool, quick: bool, seed: int) -> dict:
 
 def full_batch_cost(entry, n: int, d: int) -> tuple[float, str] | None:
     """The cost of an entry that sees every row at every step and the ``COST_FORMULA`` it follows
-    (None for the partition-sampled ones, whose steps do not grow with n). NCVMP runs at most
-    ``max_iter`` + ``restarts`` × ``restart_iters`` iterations."""
+    (None for the partition-sampled ones, whose steps do not grow with n, and for m = "auto",
+    sized within its time budget). NCVMP runs at most ``max_iter`` + ``restarts`` ×
+    ``restart_iters`` iterations."""
     cfg = entry.config
-    if cfg.get("partitions", {}).get("per_step", 0) > 0:
+    if cfg.get("partitions", {}).get("per_step", 0) > 0 or sizing.is_auto(entry):
         return None
     method = cfg["inference"]["methods"][0]
     mc, m = cfg["inference"][method], cfg["model"]["m"]
@@ -163,7 +166,7 @@ def full_batch_cost(entry, n: int, d: int) -> tuple[float, str] | None:
     return float(mc["steps"] * mc.get("paths", 1) * n * (2 * m) ** 2), COST_FORMULA["steps"]
 
 
-def run_ours(name: str, ds, *, quick: bool, seed: int) -> dict:
+def run_ours(name: str, ds, *, quick: bool, seed: int, budget: float | None = None) -> dict:
     entry = load_entry(name)
     overrides = ["svi.steps=300", "svi.min_steps=0"] if quick and "svi" in entry.config["inference"] \
         else []
@@ -174,19 +177,25 @@ def run_ours(name: str, ds, *, quick: bool, seed: int) -> dict:
         return {"skipped": f"every step sees all {ds.n_train} rows: {cost[1]} = {cost[0]:.2g} > "
                            f"{FULL_BATCH_MAX:.0e}"}
     t = time.perf_counter()
-    post = pipeline.fit(entry, ds, None, seed=seed, progress=False)
+    post = pipeline.fit(entry, ds, None, seed=seed, progress=False, budget=budget)
     wall = time.perf_counter() - t
     met = post.metrics
-    return {"fit_seconds": round(post.info.fit_seconds, 3),
-            "predict_seconds": round(post.info.predict_seconds, 3), "wall_seconds": round(wall, 3),
-            **{k: round(float(met[k]), 6) for k in ("rmse", "nmse", "mnlp", "crps", "coverage_50",
-                                                     "coverage_90")},
-            "settings": {"m": entry.config["model"]["m"], "method": post.method,
-                         "steps": post.info.steps, "overrides": overrides}}
+    sized = post.entry.sizing
+    pilot = 0.0 if sized is None else sized.pilot_seconds  # part of the fit: it chose m
+    out = {"fit_seconds": round(post.info.fit_seconds + pilot, 3),
+           "predict_seconds": round(post.info.predict_seconds, 3), "wall_seconds": round(wall, 3),
+           **{k: round(float(met[k]), 6) for k in ("rmse", "nmse", "mnlp", "crps", "coverage_50",
+                                                    "coverage_90")},
+           "settings": {"m": post.entry.config["model"]["m"], "method": post.method,
+                        "steps": post.info.steps, "converged": post.info.converged,
+                        "overrides": overrides}}
+    if sized is not None:
+        out["sizing"] = sized.to_json()
+    return out
 
 
 def measure(set_name: str, method: str, *, out: Path, quick: bool, seed: int, overwrite: bool,
-            data_dir=None) -> dict:
+            data_dir=None, budget: float | None = None) -> dict:
     path = record_path(out, set_name, method, seed)
     if path.exists() and not overwrite:
         return json.loads(path.read_text())
@@ -200,7 +209,7 @@ def measure(set_name: str, method: str, *, out: Path, quick: bool, seed: int, ov
         if kind == "peer":
             rec.update(run_peer(method, ds, large=SETS[set_name][2], quick=quick, seed=seed))
         else:
-            rec.update(run_ours(method, ds, quick=quick, seed=seed))
+            rec.update(run_ours(method, ds, quick=quick, seed=seed, budget=budget))
     except ImportError as e:
         rec["skipped"] = one_line(e)
     except Exception as e:  # a failed fit is a result too: recorded, the run goes on
@@ -245,6 +254,8 @@ def over_seeds(records: list[dict]) -> list[dict]:
                 m[key] = float(v.mean())
                 m[f"{key}_se"] = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
         m["seeds"] = k
+        if m["kind"] == "ours":  # the m each seed's fit used (sized to its split where "auto")
+            m["m_by_seed"] = [r["settings"]["m"] for r in rows]
         out.append(m)
     return out
 
@@ -278,7 +289,8 @@ def summarise(records: list[dict]) -> dict:
         best = min(ours, key=lambda r: r["nmse"])
         summ = {"best_peer_nmse": [best_nmse["method"], best_nmse["nmse"]],
                 "best_peer_mnlp": [best_mnlp["method"], best_mnlp["mnlp"]],
-                "best_bayesian": best["method"], "nmse": best["nmse"], "mnlp": best["mnlp"],
+                "best_bayesian": best["method"], "m": best.get("m_by_seed"),
+                "nmse": best["nmse"], "mnlp": best["mnlp"],
                 "fit_seconds": best["fit_seconds"], "predict_seconds": best["predict_seconds"],
                 "nmse_ratio": round(best["nmse"] / best_nmse["nmse"], 4),
                 "mnlp_above_best": round(best["mnlp"] - best_mnlp["mnlp"], 4)}
@@ -335,8 +347,12 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--seeds", default="0", help="comma-separated seeds (seed k on split k where "
                     "the set has that many splits)")
-    ap.add_argument("--quick", action="store_true", help="small budgets (an end-to-end check)")
+    ap.add_argument("--quick", action="store_true", help="small budgets (an end-to-end check; "
+                    f"m = \"auto\" sized within {QUICK_BUDGET:g} s)")
     ap.add_argument("--overwrite", action="store_true", help="measure again what is already there")
+    ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                    help="the time budget an entry with m = \"auto\" is sized within (default: "
+                    f"the package's, {sizing.DEFAULT_BUDGET:g} s)")
     ap.add_argument("--gather", action="store_true",
                     help="measure nothing: gather the records already in --out into peers.json")
     a = ap.parse_args(argv)
@@ -357,7 +373,8 @@ def main(argv=None) -> int:
             for s in sets:
                 for m in methods:
                     measure(s, m, out=a.out, quick=a.quick, seed=seed, overwrite=a.overwrite,
-                            data_dir=a.data_dir)
+                            data_dir=a.data_dir,
+                            budget=QUICK_BUDGET if a.quick and a.budget is None else a.budget)
     except SSGPError as e:  # a set that cannot be loaded (no such split, missing files)
         print(f"peers.py: {one_line(e)}", file=sys.stderr)
         return 2

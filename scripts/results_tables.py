@@ -118,6 +118,13 @@ def _peers_gpu() -> list[str]:
     return out
 
 
+def _m_text(ms) -> str:
+    """The m of each seed's fit, once where they agree ("–" for records without it)."""
+    if not ms:
+        return "–"
+    return str(ms[0]) if len(set(ms)) == 1 else "/".join(map(str, ms))
+
+
 def peers() -> str:
     """reports/peers/peers.json (benchmarks/peers.py): the targets per set, then every method."""
     doc = _peers_doc()
@@ -129,9 +136,9 @@ def peers() -> str:
            f"sees every training row is recorded as skipped where {cost['steps']} (NCVMP: "
            f"{cost['ncvmp']}) exceeds {doc['full_batch_max']:.1e} (ten to forty minutes on one "
            "thread).", "",
-           "| set | best peer NMSE | best peer MNLP | best Bayesian entry | NMSE (ratio) | "
+           "| set | best peer NMSE | best peer MNLP | best Bayesian entry | m | NMSE (ratio) | "
            "MNLP (− best peer) | fit s (× SVGP) | targets met | entries meeting all three |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, s in doc["summary"].items():
         met = ", ".join(k for k, v in s["meets"].items() if v) or "none"
         if s.get("decided"):  # several seeds: met / missed by more than the standard errors
@@ -143,6 +150,7 @@ def peers() -> str:
 
         out.append(f"| {name} | {s['best_peer_nmse'][1]:.4g} ({s['best_peer_nmse'][0]}) | "
                    f"{s['best_peer_mnlp'][1]:.3f} ({s['best_peer_mnlp'][0]}) | `{s['best_bayesian']}` | "
+                   f"{_m_text(s.get('m'))} | "
                    f"{s['nmse']:.4g}{se('nmse', '.2g')} ({s['nmse_ratio']:.2f}×) | {s['mnlp']:.3f}"
                    f"{se('mnlp', '.3f')} ({s['mnlp_above_best']:+.3f}) | {s['fit_seconds']:.1f}{tr} | "
                    f"{met} | "
@@ -163,20 +171,21 @@ def peers() -> str:
                        f"{s['fit_seconds'] + s['predict_seconds']:.1f} |")
     out += _peers_gpu()
     out += ["", f"![Test NMSE against fit time]({PEERS_FIGURE})", "",
-            "| set | n train | method | NMSE | MNLP | 90% coverage | fit s | predict s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "| set | n train | method | m | NMSE | MNLP | 90% coverage | fit s | predict s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in doc.get("by_method") or doc["records"]:
         name = f"`{r['method']}`" if r["kind"] == "ours" else r["method"]
         if "nmse" not in r:
             why = r.get("skipped") or r.get("error", "")
-            out.append(f"| {r['set']} | {r['n_train']} | {name} | – | – | – | – | – ({why}) |")
+            out.append(f"| {r['set']} | {r['n_train']} | {name} | – | – | – | – | – | – ({why}) |")
             continue
         sub = f" ({r['training_rows_used']} rows)" if r.get("training_rows_used") else ""
         k = r.get("seeds", 1)
         pm = (lambda key, f, r=r: f"{r[key]:{f}} ± {r[key + '_se']:{f}}") if k > 1 else \
             (lambda key, f, r=r: f"{r[key]:{f}}")
         seeds = f" ({k} seeds)" if k > 1 else ""
-        out.append(f"| {r['set']} | {r['n_train']} | {name}{sub}{seeds} | {pm('nmse', '.4g')} | "
+        out.append(f"| {r['set']} | {r['n_train']} | {name}{sub}{seeds} | "
+                   f"{_m_text(r.get('m_by_seed'))} | {pm('nmse', '.4g')} | "
                    f"{pm('mnlp', '.3f')} | {r['coverage_90']:.3f} | {pm('fit_seconds', '.1f')} | "
                    f"{r['predict_seconds']:.2f} |")
     return "\n".join(out)

@@ -28,7 +28,7 @@ from ssgp_ppl.errors import (
     SSGPError,
     check_seed,
 )
-from ssgp_ppl.inference import methods
+from ssgp_ppl.inference import methods, sizing
 from ssgp_ppl.posterior import Handoff, Posterior, stop_text
 
 
@@ -104,7 +104,8 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         settings: dict | list[str] | None = None, split: int = 0, x_test=None, y_test=None,
         test=None, inputs=None, drop=None, dropna: bool = False, encode: str | None = None,
         dates: str | None = None, subsample: int | None = None, spectral_points=None,
-        log_target: bool = False, force: bool = False, progress: bool = True) -> Posterior:
+        log_target: bool = False, force: bool = False, budget: float | None = None,
+        progress: bool = True) -> Posterior:
     """Fit a catalog model and return its posterior.
 
     Parameters
@@ -151,6 +152,10 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
         <= 0 is an error naming its row. Gaussian-likelihood entries only.
     force
         Run a fit whose memory estimate exceeds the machine's (refused otherwise).
+    budget
+        Seconds the fit may take, for an entry with ``m = "auto"``: the number of frequencies
+        is sized to the data within it (`ssgp_ppl.inference.sizing`; default
+        ``sizing.DEFAULT_BUDGET``); ``post.entry.sizing`` says what was chosen and why.
     progress
         Show progress on stderr (bars of the steps, SMC temperatures and NUTS draws), as
         NumPyro's SVI.run and MCMC do by default.
@@ -182,6 +187,7 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     table = TableOptions.of(inputs, drop, dropna, encode, dates)
     ds = _dataset(entry, data, x, y, target=target, split=split, x_test=x_test, y_test=y_test,
                   test=test, table=table, subsample=subsample, log_target=log_target)
+    entry = sizing.resolve(entry, ds, budget=budget, seed=seed, progress=progress)
     given = _handoff(entry, ds, method, spectral_points, seed=seed, progress=progress)
     post = pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress, force=force,
                         inputs=given)
@@ -202,7 +208,7 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
             log_target: bool = False, steps: int | None = None, samples: int | None = None,
             chains: int | None = None, small: bool = False, fresh_reference: bool = False,
             overwrite: bool = False, resume: bool = False, sbc: int | None = None,
-            progress: bool = True):
+            budget: float | None = None, progress: bool = True):
     """Fit every method of a catalog entry and its reference on one split; write the report.
 
     What ``ssgp-ppl compare`` does: each method's test metrics, coverage curve, PSIS-LOO and,
@@ -240,6 +246,9 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
         Add simulation-based calibration of this many simulations (``ssgp-ppl compare --sbc N``:
         `ssgp_ppl.diagnostics.sbc.run` at its small defaults, ``settings`` on top, on the
         training inputs of this split) into ``out/sbc`` and its section to the report.
+    budget
+        Seconds each fit may take, for an entry with ``m = "auto"`` (as in ``ssgp_ppl.fit``);
+        every method and the reference use the m chosen for the entry's own method.
     progress
         Show progress on stderr.
 
@@ -259,7 +268,7 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
     from ssgp_ppl import report
 
     seed = check_seed(seed)
-    budget = {k: _positive(v, k) for k, v in (("steps", steps), ("samples", samples),
+    limits = {k: _positive(v, k) for k, v in (("steps", steps), ("samples", samples),
                                               ("chains", chains))}
     sbc = _positive(sbc, "sbc")
     if data is None:
@@ -271,7 +280,8 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
     if small:  # the given settings still apply on top of the quick run's
         entry, ds = report.small(entry, ds)
         entry = _entry(entry, settings)
-    entry = report.budget(entry, ds.n_train, **budget)
+    entry = sizing.resolve(entry, ds, budget=budget, seed=seed, progress=progress)
+    entry = report.budget(entry, ds.n_train, **limits)
     out = Path(f"runs/{entry.name}-{ds.name}-compare" if out is None else out)
     comparison = report.run_comparison(entry, ds, out, seed=seed, progress=progress,
                                        fresh_reference=fresh_reference, overwrite=overwrite,

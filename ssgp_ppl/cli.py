@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import unicodedata
@@ -17,7 +18,7 @@ from pathlib import Path
 from ssgp_ppl import __version__  # imports JAX without starting a backend
 from ssgp_ppl.entry import CATALOG_ENV
 from ssgp_ppl.errors import SEED_MAX, one_line
-from ssgp_ppl.inference import methods  # imports JAX without starting a backend
+from ssgp_ppl.inference import methods, sizing  # imports JAX without starting a backend
 from ssgp_ppl.runtime import rundir  # imports JAX without starting a backend
 from ssgp_ppl.runtime.checkpoint import DEFAULT_EVERY
 
@@ -44,13 +45,33 @@ _non_negative = _integer(0, "an integer >= 0")
 _seed = _integer(0, f"an integer from 0 to {SEED_MAX}", SEED_MAX)
 
 
+def _seconds(text: str) -> float:
+    """argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def _sized(args, entry, data):
+    """``entry`` with ``m = "auto"`` sized to ``data`` within ``--budget`` seconds, the choice
+    printed on stderr (:func:`ssgp_ppl.inference.sizing.resolve`)."""
+    sized = sizing.resolve(entry, data, budget=args.budget, seed=args.seed)
+    if sized.sizing is not None and sized is not entry:
+        print(f"ssgp-ppl: {entry.name}: {sized.sizing.text()}", file=sys.stderr)
+    return sized
+
+
 # the fit arguments a run directory's run.json records (what --resume restores)
 RUN_ARGS = ("model", "data", "target", "split", "subsample", "data_dir", "x_scaling",
             "extra_noise_inputs", "threshold", "seed", "sets", "x64", "method", "steps",
             "select_beta", "checkpoint_every", "inputs", "drop", "dropna", "encode", "dates",
-            "test", "log_target")
+            "test", "log_target", "budget")
 TABLE_ARGS = ("inputs", "drop", "dropna", "encode", "dates", "test")
-OPTIONAL_RUN_ARGS = (*TABLE_ARGS, "log_target")  # a run.json may lack them: their defaults
+OPTIONAL_RUN_ARGS = (*TABLE_ARGS, "log_target", "budget")  # a run.json may lack them: defaults
 # the compare arguments its run.json records (what compare --resume restores)
 COMPARE_ARGS = tuple(k for k in RUN_ARGS if k not in ("method", "select_beta",
                                                       "checkpoint_every")) + \
@@ -117,6 +138,8 @@ def _run_value_ok(key: str, value) -> bool:
         return isinstance(value, bool)
     if key == "threshold":
         return value is None or is_number(value)
+    if key == "budget":
+        return value is None or (is_number(value) and value > 0)
     if key == "sets":
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     return value is None or isinstance(value, str)
@@ -199,6 +222,9 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--x64", action="store_true", help="compute in float64")
         q.add_argument("--force", action="store_true",
                        help="run a fit whose memory estimate exceeds this machine's memory")
+        q.add_argument("--budget", type=_seconds, metavar="SECONDS",
+                       help="seconds a fit may take, for an entry with m = \"auto\": m is sized "
+                       f"to the data within it (default {sizing.DEFAULT_BUDGET:g})")
         q.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     f = add("fit", help="fit a catalog model, write metrics.json and posterior.nc")
@@ -443,6 +469,7 @@ def cmd_fit(args) -> int:
 
     entry = _entry(args)
     data = _load_data(args, entry)
+    entry = _sized(args, entry, data)
     m = methods.get(args.method or entry.methods[0])
     method = m.name
     writer = jax.process_index() == 0  # across processes (jax.distributed) rank 0 writes
@@ -595,6 +622,7 @@ def cmd_compare(args) -> int:
         with _stop_on_signals(), _precision_warnings() as precision:
             entry = _entry(args)
             data = _load_data(args, entry)
+            entry = _sized(args, entry, data)
             entry = budget(entry, data.n_train, steps=args.steps, samples=args.samples,
                            chains=args.chains)
             out = Path(args.out or f"runs/{entry.name}-{data.name}-compare")

@@ -11,6 +11,7 @@ is documented in the README ("Catalog format") and by :data:`SCHEMA` below.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import re
 import tomllib
@@ -23,6 +24,7 @@ import numpy as np
 
 from ssgp_ppl.errors import SEED_MAX, SSGPError
 from ssgp_ppl.inference import methods as _methods
+from ssgp_ppl.inference.fitinfo import Sizing
 from ssgp_ppl.inference.methods.svi import SVI, guide_of
 from ssgp_ppl.inference.partitions import Partitions, auto_count, kmeans_partitions
 from ssgp_ppl.model import densities, likelihoods
@@ -53,7 +55,8 @@ _BASE: dict = {  # everything but [inference], whose tables the methods declare
     "paper": Field(str, "", "where the model comes from (seed and equation)"),
     "use_when": Field(str, "", "when to choose this entry, a few words (`ssgp-ppl models`)"),
     "model": {
-        "m": Field(int, 20, "number of frequencies (2m features)", low=1, high=100_000),
+        "m": Field(int, 20, "number of frequencies (2m features); auto: sized to the data and the "
+                   "time budget (ssgp_ppl.inference.sizing)", low=1, high=100_000, auto=True),
         "spectral_density": Field(str, "se", "spectral density p(r | ℓ), the kernel family "
                                   "(ssgp_ppl.model.densities)"),  # choices: the registry, in schema()
         "parameterization": Field(str, "free", "free θ | scaled (s ⊙ λ, Tan et al. 2016, eq. 4)",
@@ -211,11 +214,15 @@ class CatalogEntry:
     config
         The validated configuration: every table and key of the catalog format, defaults
         filled in.
+    sizing
+        How ``m = "auto"`` was resolved for the data it is fitted on
+        (:class:`~ssgp_ppl.inference.fitinfo.Sizing`); None for an entry whose m was given.
     """
 
     name: str
     path: Path
     config: dict
+    sizing: Sizing | None = None
 
     @property
     def description(self) -> str:
@@ -247,6 +254,10 @@ class CatalogEntry:
             spectral density with its ``spectral_seed``.
         """
         mc = self.config["model"]
+        if mc["m"] == "auto":
+            raise SSGPError(f"{self.path}: model.m = 'auto' is sized against the training rows: "
+                            "fit the entry (ssgp_ppl.fit, ssgp-ppl fit) or resolve it first with "
+                            "ssgp_ppl.inference.sizing.resolve(entry, data)")
         density = densities.get(mc["spectral_density"])
         pts = density.standard_points(jax.random.PRNGKey(mc["spectral_seed"]), mc["m"], d)
 
@@ -280,13 +291,19 @@ class CatalogEntry:
 
     @cached_property
     def latent_sites(self) -> tuple[str, ...]:
-        """The model's latent sample sites (independent of d)."""
-        return self.spec(1).latent_sites()
+        """The model's latent sample sites (independent of d and m)."""
+        return self.structure.latent_sites()
 
     @cached_property
     def learned_sites(self) -> tuple[str, ...]:
-        """The model's type-II hyperparameters (independent of d)."""
-        return self.spec(1).learned_sites()
+        """The model's type-II hyperparameters (independent of d and m)."""
+        return self.structure.learned_sites()
+
+    @cached_property
+    def structure(self) -> SSGPSpec:
+        """A spec with d = 1 (and m = 2 where m is still "auto"): what does not depend on them."""
+        entry = self.with_settings([("m", 2)]) if self.config["model"]["m"] == "auto" else self
+        return entry.spec(1)
 
     def partitions(self, x, *, seed: int = 0) -> Partitions:
         """k-means partitions of the training inputs ``x`` as ``[partitions]`` configures them."""
@@ -341,7 +358,7 @@ class CatalogEntry:
         Returns
         -------
         CatalogEntry
-            A new entry; this one is unchanged.
+            A new entry (with this one's ``sizing`` where m is unchanged); this one is unchanged.
 
         Raises
         ------
@@ -384,7 +401,9 @@ class CatalogEntry:
         svi = raw["inference"]["svi"]
         if svi["guide"] != guide and not any(p[:3] == ("inference", "svi", guide) for p in touched):
             svi.pop(guide, None)
-        return _build(self.name, self.path, raw, src=f"{self.path.name} with {what}")
+        entry = _build(self.name, self.path, raw, src=f"{self.path.name} with {what}")
+        same_m = entry.config["model"]["m"] == self.config["model"]["m"]
+        return dataclasses.replace(entry, sizing=self.sizing) if same_m and self.sizing else entry
 
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")

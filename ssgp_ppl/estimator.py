@@ -34,6 +34,8 @@ class SSGPRegressor(RegressorMixin, BaseEstimator):
         Catalog overrides, as :func:`ssgp_ppl.fit`'s (``{"m": 20, "svi.steps": 4000}``).
     steps : int, optional
         The step budget of an iterative method.
+    budget : float, optional
+        Seconds a fit may take, for an entry with ``m = "auto"`` (as :func:`ssgp_ppl.fit`'s).
     log_target : bool
         Fit on log y of a positive target; ``predict`` and ``predict_interval`` give y's mean,
         standard deviation and interval (log-normal given each draw), as :func:`ssgp_ppl.fit`.
@@ -54,11 +56,13 @@ class SSGPRegressor(RegressorMixin, BaseEstimator):
 
     def __init__(self, model: str = "ssgp", *, method: str | None = None,
                  settings: dict | None = None, steps: int | None = None,
-                 log_target: bool = False, seed: int = 0, progress: bool = False):
+                 budget: float | None = None, log_target: bool = False, seed: int = 0,
+                 progress: bool = False):
         self.model = model
         self.method = method
         self.settings = settings
         self.steps = steps
+        self.budget = budget
         self.log_target = log_target
         self.seed = seed
         self.progress = progress
@@ -73,7 +77,7 @@ class SSGPRegressor(RegressorMixin, BaseEstimator):
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
         self.posterior_ = fit(self.model, x=X, y=np.asarray(y), method=self.method,
-                              seed=self.seed, steps=self.steps,
+                              seed=self.seed, steps=self.steps, budget=self.budget,
                               settings=dict(self.settings) if self.settings else None,
                               log_target=self.log_target, progress=self.progress)
         self.n_features_in_ = int(self.posterior_.n_features)

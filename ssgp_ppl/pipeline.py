@@ -31,7 +31,7 @@ from ssgp_ppl.diagnostics.metrics import (
 )
 from ssgp_ppl.entry import CatalogEntry
 from ssgp_ppl.errors import PrecisionWarning, SSGPError, check_seed
-from ssgp_ppl.inference import methods, paths
+from ssgp_ppl.inference import methods, paths, sizing
 from ssgp_ppl.inference.fitinfo import FitInfo, LocalInfo, StopReading, SVIInfo, stop_text
 from ssgp_ppl.model.linalg import check_finite, resolution
 from ssgp_ppl.model.predictive import check_test_inputs
@@ -61,10 +61,12 @@ def prerequisites(entry: CatalogEntry, data: Dataset, method: methods.Method, *,
 
 def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: int = 0,
         steps: int | None = None, progress: bool = True, inputs: Handoff | None = None,
-        checkpoint: Checkpoint | None = None, client=None, force: bool = False) -> Posterior:
+        checkpoint: Checkpoint | None = None, client=None, force: bool = False,
+        budget: float | None = None) -> Posterior:
     """Fit ``entry`` on ``data`` with ``method`` (default: the entry's own), predict the test split,
     score it and build the DataTree. A fit whose memory estimate exceeds the machine's is refused
-    unless ``force`` (:mod:`ssgp_ppl.runtime.resources`).
+    unless ``force`` (:mod:`ssgp_ppl.runtime.resources`). An entry with ``m = "auto"`` is sized to
+    ``data`` and ``budget`` seconds first (:func:`ssgp_ppl.inference.sizing.resolve`).
 
     ``inputs``: the hand-over from the entry's own method (type-II estimates, spectral points,
     partitions); default: fitted here by :func:`prerequisites` when the method needs it.
@@ -74,6 +76,7 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
     """
     m = methods.get(method or entry.methods[0])
     seed = check_seed(seed)
+    entry = sizing.resolve(entry, data, budget=budget, seed=seed, progress=progress)
     needs = resources.check(entry, data.n_train, data.n_features, data.n_test, m.name, force=force)
     if needs.guide_params > resources.GUIDE_PARAMS_LOUD and progress:
         print(f"ssgp-ppl: {entry.name}: the {needs.guide} guide has {needs.guide_params:.3g} "
@@ -214,6 +217,7 @@ def evaluate(post: Posterior, data: Dataset, *, seed: int = 0, client=None,
                          if not flat else "approximate (no log density)")
     dt.attrs.update(model=post.model, method=post.method, dataset=data.name,
                     inputs=list(data.feature_names), target=data.target_name)
+    dt.attrs.update(datatree.sizing_attrs(post.entry))
     if data.y_scaler.log:
         dt.attrs.update(target_transform="log", target_note=LOG_NOTE)
     if metrics is not None and "coverage_90" in metrics:
@@ -283,10 +287,12 @@ def metrics_record(post: Posterior, data: Dataset) -> dict:
         optional.update(noise_floor=info.noise_floor, jitter=info.jitter)
     if data.y_scaler.log:
         optional["target_transform"] = "log"
+    if post.entry.sizing is not None:
+        optional["sizing"] = post.entry.sizing.to_json()
     if post.metrics and "coverage_90" in post.metrics:
         optional["calibration"] = coverage_off(post.metrics["coverage_90"], data.n_test)
     return {"model": post.model, "method": post.method, "dataset": post.dataset,
-            "n_train": data.n_train, "n_test": data.n_test,
+            "n_train": data.n_train, "n_test": data.n_test, "m": post.entry.config["model"]["m"],
             **{k: float(v) for k, v in post.metrics.items()},
             **{k: v for k, v in optional.items() if v is not None},
             "fit_seconds": float(info.fit_seconds), "predict_seconds": float(info.predict_seconds)}

@@ -30,6 +30,7 @@ from ssgp_ppl.data.tables import TableEncoding, frame
 from ssgp_ppl.errors import SSGPError, check_seed, one_line
 from ssgp_ppl.inference.fitinfo import (  # noqa: F401  (FitInfo and stop_text are this module's too)
     FitInfo,
+    Sizing,
     info_from_flat,
     info_from_json,
     info_to_json,
@@ -185,6 +186,8 @@ class Posterior:
         draws = next(iter(self.sites.values())).shape[:2] if self.sites else (0, 0)
         out = {"model": self.entry.name, "method": self.method, "data": self.dataset,
                "inputs": self.n_features, "draws": f"{draws[0]} × {draws[1]}"}
+        if self.entry.sizing is not None:
+            out["sizing"] = self.entry.sizing.text()
         if self.y_scaler.log:
             out["target"] = "log-transformed (fitted on log y; predictions and scores in y)"
         if self.metrics:
@@ -417,8 +420,11 @@ class Posterior:
             arrays.update({f"test_{k}": np.asarray(self.test._asdict()[k]) for k in TEST_ARRAYS})
         ds = xr.Dataset({k: (tuple(f"{k}_dim{i}" for i in range(np.ndim(v))), np.asarray(v))
                          for k, v in arrays.items()})
-        meta = {"format": SAVE_FORMAT, "entry": {"name": self.entry.name, "path": str(self.entry.path),
-                                                 "config": self.entry.config},
+        saved_entry = {"name": self.entry.name, "path": str(self.entry.path),
+                       "config": self.entry.config}
+        if self.entry.sizing is not None:
+            saved_entry["sizing"] = self.entry.sizing.to_json()
+        meta = {"format": SAVE_FORMAT, "entry": saved_entry,
                 "method": self.method, "dataset": self.dataset, "rule": rule_attrs,
                 "info": info_to_json(self.info), "y_centre": self.y_centre,
                 "feature_names": list(self.feature_names),
@@ -627,6 +633,11 @@ def _from_tree(path: Path, dt: xr.DataTree, make_entry) -> Posterior:
         raise SSGPError(f"{path}: entry: expected a name, a path and a configuration table")
     config = e["config"] if found > 1 else _guide_tables_from_flat(e["config"])
     entry = make_entry(e["name"], Path(e["path"]), config, f"{path} (saved entry)")
+    if e.get("sizing") is not None:
+        try:
+            entry = dataclasses.replace(entry, sizing=Sizing.from_json(e["sizing"]))
+        except SSGPError as err:
+            raise SSGPError(f"{path}: entry: {err}") from None
     x_scaler = _check_scaler(path, arrays, "x_scaler", 1)
     y_scaler = _check_scaler(path, arrays, "y_scaler", 0)
     transform = meta.get("target_transform")  # absent before format 3: no transform

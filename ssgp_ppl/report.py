@@ -51,7 +51,7 @@ from ssgp_ppl.diagnostics.metrics import COVERAGE_OK, COVERAGE_SDS, coverage_cur
 from ssgp_ppl.diagnostics.metrics import DEFAULT_LEVELS as LEVELS
 from ssgp_ppl.entry import CatalogEntry, from_saved
 from ssgp_ppl.errors import SSGPError
-from ssgp_ppl.inference import methods
+from ssgp_ppl.inference import methods, sizing
 from ssgp_ppl.inference.paths import OBJECTIVE_KINDS, SCREEN_DRAWS, combine, split_chains
 from ssgp_ppl.pipeline import evaluate, fit, metrics_record
 from ssgp_ppl.posterior import Handoff, Posterior
@@ -728,7 +728,7 @@ HANDOFF = "handoff.npz"  # in the staging directory: what the entry's own method
 def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
             progress: bool = True, fresh_reference: bool = False,
             gold_root: Path | None = None, overwrite: bool = False, resume: bool = False,
-            run_record: dict | None = None) -> list[dict]:
+            run_record: dict | None = None, budget: float | None = None) -> list[dict]:
     """Fit every method of ``entry`` (plus the reference where possible) on one split, write the
     report; returns the per-method records (:func:`run_comparison` returns a
     :class:`Comparison` with the posteriors too).
@@ -746,21 +746,23 @@ def compare(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
     already in ``out`` is refused unless ``overwrite``. ``resume`` continues an interrupted
     comparison of the same settings (entry, data, seed), loading each method it finished.
     ``run_record`` is written as its ``run.json`` (what ``ssgp-ppl compare --resume`` reads).
+    An entry with ``m = "auto"`` is sized first, once for every method
+    (:func:`ssgp_ppl.inference.sizing.resolve` with ``budget`` seconds).
     """
     return _compare(entry, data, out, seed=seed, progress=progress,
                     fresh_reference=fresh_reference, gold_root=gold_root, overwrite=overwrite,
-                    resume=resume, run_record=run_record)[0]
+                    resume=resume, run_record=run_record, budget=budget)[0]
 
 
 def run_comparison(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int = 0,
                    progress: bool = True, fresh_reference: bool = False,
                    gold_root: Path | None = None, overwrite: bool = False,
-                   resume: bool = False) -> Comparison:
+                   resume: bool = False, budget: float | None = None) -> Comparison:
     """:func:`compare`, returning the :class:`Comparison` it wrote into ``out`` with every
     method's posterior."""
     records, posteriors = _compare(entry, data, out, seed=seed, progress=progress,
                                    fresh_reference=fresh_reference, gold_root=gold_root,
-                                   overwrite=overwrite, resume=resume)
+                                   overwrite=overwrite, resume=resume, budget=budget)
     saved = read_comparison(out, posteriors)
     if [m["method"] for m in saved.records] != [r["method"] for r in records]:
         raise SSGPError(f"{out / 'comparison.json'} was replaced while the comparison ran")
@@ -768,12 +770,13 @@ def run_comparison(entry: CatalogEntry, data: Dataset, out: Path, *, seed: int =
 
 
 def _compare(entry, data, out, *, seed, progress, fresh_reference, gold_root, overwrite, resume,
-             run_record=None) -> tuple[list[dict], dict[str, Posterior]]:
+             run_record=None, budget=None) -> tuple[list[dict], dict[str, Posterior]]:
     """:func:`compare`'s records and the posteriors by method label."""
     if not entry.lik.conjugate:
         raise SSGPError(f"{entry.name}: compare's calibration report (coverage, PIT, CRPS) is for "
                         f"Gaussian-likelihood entries; this one is {entry.lik.name} (use "
                         "`ssgp-ppl fit`)")
+    entry = sizing.resolve(entry, data, budget=budget, seed=seed, progress=progress)
     out = Path(out)
     with rundir.hold(out):
         stage = rundir.stage(out, resume=resume, overwrite=overwrite)
@@ -964,6 +967,9 @@ def _compare_in(entry, data, stage: Path, state: dict, *, seed, progress, fresh_
                 rec["vs_reference"]["reference_converged"] = ref_rec["reference"]["converged"]
     write_json(stage / "comparison.json", {"format": REPORT_FORMAT, "model": entry.name,
                                          "dataset": data.name, "split": data.split, "seed": seed,
+                                         "m": entry.config["model"]["m"],
+                                         **({} if entry.sizing is None
+                                            else {"sizing": entry.sizing.to_json()}),
                                          "summary": summary_lines(records, ref_label),
                                          "methods": records})
     with step(f"report: plots and {stage.parent / 'report.html'}", progress):
@@ -1142,7 +1148,10 @@ def _html(entry, data, seed, records, results, ref_label, readings) -> str:
              for row, r in zip(rows, records, strict=True) if "stop" in r]
     parts = [f"<h1>{html.escape(entry.name)} on {html.escape(data.name)}</h1>",
              f"<p>{html.escape(entry.description)}<br>n_train = {data.n_train}, "
-             f"n_test = {data.n_test}, split {data.split}, seed {seed}. Metrics on the test set "
+             f"n_test = {data.n_test}, split {data.split}, seed {seed}.<br>"
+             + (html.escape(entry.sizing.text()) if entry.sizing is not None
+                else f"m = {entry.config['model']['m']} (the entry's)")
+             + ".<br>Metrics on the test set "
              "in original units of the target; MNLP and CRPS lower is better."
              + (f" The target {html.escape(data.target_name)} is log-transformed: every method "
                 "is fitted on its logarithm and its predictions (log-normal given each draw) "

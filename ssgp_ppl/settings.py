@@ -39,6 +39,7 @@ class Field(NamedTuple):
     low: float | None = None  # inclusive lower bound
     high: float | None = None  # inclusive upper bound
     open_low: bool = False  # lower bound exclusive
+    auto: bool = False  # the text "auto" is accepted too: resolved against the data later
 
 
 def setting(type_, default, doc: str, **bounds):
@@ -67,9 +68,11 @@ class Settings:
 
 def check_value(f: Field, value, where: str) -> None:
     """One SSGPError naming ``where`` if ``value`` is not of ``f``'s type, choices or bounds."""
+    if f.auto and value == "auto":
+        return
     types = f.type if isinstance(f.type, tuple) else (f.type,)
     if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-        want = " or ".join(t.__name__ for t in types)
+        want = " or ".join([t.__name__ for t in types] + (["'auto'"] if f.auto else []))
         raise SSGPError(f"{where}: expected {want}, got {type(value).__name__} {value!r}")
     items = value if isinstance(value, list) else [value]
     if isinstance(value, list) and not value:

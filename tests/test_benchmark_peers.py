@@ -116,6 +116,9 @@ def test_peers_quick_run_writes_records_and_resumes(tmp_path):
     ours = json.loads((tmp_path / "pendulum" / "vssgp_collapsed.json").read_text())
     assert ours["n_train"] == 315 and ours["bayesian"] and 0 < ours["nmse"] < 1.5
     assert ours["fit_seconds"] > 0 and 0 <= ours["coverage_90"] <= 1
+    # m = "auto" within --quick's 10 s: the pilot's time is part of the fit's
+    assert ours["sizing"]["budget"] == 10 and ours["settings"]["m"] == ours["sizing"]["m"]
+    assert ours["fit_seconds"] > ours["sizing"]["pilot_seconds"] > 0
     peer = json.loads((tmp_path / "pendulum" / "gpytorch_svgp.json").read_text())
     assert ("skipped" in peer and "ssgp-ppl[bench]" in peer["skipped"]) or 0 < peer["nmse"] < 1.5
     doc = json.loads((tmp_path / "peers.json").read_text())
@@ -135,7 +138,7 @@ def test_full_batch_cost_and_the_entries_it_skips(tmp_path):
         from ssgp_ppl.entry import load_entry
         cost = {{e: peers.full_batch_cost(load_entry(e), 1000, 8) for e in peers.OURS}}
         peers.FULL_BATCH_MAX = 1e9
-        rec = peers.measure("pendulum", "vssgp_collapsed", out=__import__("pathlib").Path({str(tmp_path)!r}),
+        rec = peers.measure("pendulum", "ssgp", out=__import__("pathlib").Path({str(tmp_path)!r}),
                             quick=False, seed=0, overwrite=False)
         print(json.dumps({{"cost": cost, "rec": rec, "summary": peers.summarise([rec])}}))
     """)
@@ -143,15 +146,15 @@ def test_full_batch_cost_and_the_entries_it_skips(tmp_path):
     cost = doc["cost"]
     assert cost["svbssgp"] is None and cost["vssgp"] is None  # partition-sampled: a of p blocks
     steps, ncvmp = "steps × paths × n × (2m)²", "iterations × n × m² × d²"
-    assert cost["svbssgp_collapsed"] == [35000 * 1000 * 100**2, steps]  # 35,000 steps, m = 50
+    assert cost["svbssgp_collapsed"] is None  # m = "auto": sized within its time budget
     assert cost["ssgp_svi"] == [25000 * 8 * 1000 * 20**2, steps]  # 25,000 steps, 8 paths, m = 10
     assert cost["ssgp"] == [100000 * 1000 * 40**2, steps]
     assert cost["tan_va"] == [(500 + 10 * 2) * 1000 * 20**2 * 8**2, ncvmp]  # max_iter + 10 × 2
-    rec = doc["rec"]  # pendulum, 315 rows: 20000 × 315 × 100² = 6.3e10 > 1e9
+    rec = doc["rec"]  # pendulum, 315 rows: 100000 × 315 × 40² = 5.04e10 > 1e9
     assert "nmse" not in rec
     assert rec["skipped"].startswith(f"every step sees all 315 rows: {steps} = ")
-    assert "6.3e+10" in rec["skipped"] and doc["summary"] == {}
-    assert json.loads((tmp_path / "pendulum" / "vssgp_collapsed.json").read_text()) == rec
+    assert "5e+10" in rec["skipped"] and doc["summary"] == {}
+    assert json.loads((tmp_path / "pendulum" / "ssgp.json").read_text()) == rec
 
 
 def test_peers_unknown_set_is_one_line_exit_2(tmp_path):

@@ -43,7 +43,7 @@ def test_entry_fits_on_pendulum(name, pendulum):
     entry = load_entry(name)
     method = entry.methods[0]
     data = pendulum
-    target = entry.spec(1).lik.target
+    target = entry.lik.target
     svi = entry.config["inference"]["svi"]
     if svi["objective"] != "elbo" or svi["guide"] == "mixture" or target != "continuous":
         entry = entry.with_overrides(QUICK)  # those entries: a shorter run
@@ -68,8 +68,10 @@ def test_entry_fits_on_pendulum(name, pendulum):
     if method == "local":  # one local fit per test point: 16 of them, two spectral sets each
         entry = entry.with_overrides(["restarts=2"])
         data = pendulum._replace(x_test=pendulum.x_test[:16], y_test=pendulum.y_test[:16])
-    res = fit(entry, data, method, seed=0, progress=False)
+    # m = "auto" entries: sized within 20 s at 3000 steps (m <= 100 on pendulum), the pilot included
+    res = fit(entry, data, method, seed=0, progress=False, budget=20)
     assert np.all(np.isfinite(res.mean)) and np.all(res.var > 0)
+    assert (res.entry.sizing is not None) == (entry.config["model"]["m"] == "auto")
     assert res.metrics["nmse"] < 0.9, res.metrics
     if res.losses is not None:
         k = max(len(res.losses) // 10, 1)

@@ -12,7 +12,7 @@ import xarray as xr
 from ssgp_ppl.cli import main
 
 EXE = [sys.executable, "-m", "ssgp_ppl.cli"]
-KEYS = ["model", "method", "dataset", "n_train", "n_test", "rmse", "nmse", "mnlp", "crps",
+KEYS = ["model", "method", "dataset", "n_train", "n_test", "m", "rmse", "nmse", "mnlp", "crps",
         "coverage_50", "coverage_90", "nll", "steps", "converged", "improvement_per_1k",
         "improvement_se", "tolerance_per_1k", "stop", "interrupted", "fit_seconds", "predict_seconds"]
 
@@ -183,6 +183,38 @@ def test_steps_must_be_positive(steps, capsys):
         main(["fit", "ssgp", "--data", "pendulum", "--steps", steps])
     assert e.value.code == 2
     assert "positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("budget", ["0", "-1", "inf", "soon"])
+def test_budget_must_be_a_positive_number_of_seconds(budget, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["compare", "ssgp", "--data", "pendulum", "--budget", budget])
+    assert e.value.code == 2
+    assert "number of seconds" in capsys.readouterr().err
+
+
+def test_fit_sizes_m_auto_prints_and_records_the_choice(tmp_path, capsys):
+    """``--set m=auto``: the choice is one stderr line, and metrics.json and the DataTree carry
+    it (the m chosen within the budget, the pilot's scores of the affordable m)."""
+    out = tmp_path / "run"
+    assert main(["fit", "ssgp_fixed", "--data", "pendulum", "--set", "m=auto", "--set",
+                 "ml.steps=300", "--budget", "1", "--out", str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    rec = json.loads((out / "metrics.json").read_text())
+    sized = rec["sizing"]
+    assert f"ssgp-ppl: ssgp_fixed: m = {rec['m']} sized to the data" in err
+    assert rec["m"] == sized["m"] and sized["budget"] == 1.0
+    assert all(sized["estimated_seconds"][k] <= 1.0 for k in sized["scores"])
+    assert all(sized["estimated_seconds"][k] > 1.0 for k in sized["excluded"])
+    best = max(sized["scores"].values())  # the smallest m within 0.01 nats of the best score
+    assert sized["scores"][str(rec["m"])] >= best - 0.01
+    assert all(v < best - 0.01 for k, v in sized["scores"].items() if int(k) < rec["m"])
+    dt = xr.open_datatree(out / "posterior.nc", engine="h5netcdf")
+    assert dt.attrs["m"] == rec["m"] and json.loads(dt.attrs["sizing_record"]) == sized
+    assert main(["fit", "tan_va", "--data", "pendulum", "--set", "m=auto", "--out",
+                 str(tmp_path / "tan"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "model.m: 'auto' sizes entries fitted by svi or ml" in err
 
 
 def test_debug_flag_after_the_subcommand_shows_the_traceback():

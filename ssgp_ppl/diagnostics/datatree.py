@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -162,6 +164,15 @@ def stop_attrs(info) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def sizing_attrs(entry) -> dict:
+    """The number of frequencies ``m`` and, where it was sized to the data (``m = "auto"``), how:
+    ``sizing`` in words and its JSON record (:class:`ssgp_ppl.inference.sizing.Sizing`)."""
+    out = {"m": int(entry.config["model"]["m"])}
+    if entry.sizing is not None:
+        out.update(sizing=entry.sizing.text(), sizing_record=json.dumps(entry.sizing.to_json()))
+    return out
+
+
 def precision_attrs(info) -> dict:
     """The fit against its working precision as root attributes, where it warns: ``precision``
     (:class:`ssgp_ppl.model.linalg.Resolution` in words), ``noise_floor`` (target units) and ``jitter``
@@ -180,5 +191,5 @@ def label_units(dt: xr.DataTree) -> xr.DataTree:
     return dt
 
 
-__all__ = ["DIMS", "UNITS", "assemble", "label_units", "precision_attrs", "stop_attrs",
-           "train_draws"]
+__all__ = ["DIMS", "UNITS", "assemble", "label_units", "precision_attrs", "sizing_attrs",
+           "stop_attrs", "train_draws"]

@@ -5,6 +5,7 @@ and, for a multi-path fit, :class:`PathsInfo`.
 ``post.info.method`` is an :class:`SVIInfo`, :class:`MLInfo`, :class:`NUTSInfo`, :class:`SMCInfo`,
 :class:`NCVMPInfo` or :class:`LocalInfo` (None for a method without one); each such type has a
 ``kind`` under which a saved posterior stores it (:func:`info_to_json`, :func:`info_from_json`).
+:class:`Sizing` records how ``m = "auto"`` was sized to the data (:mod:`ssgp_ppl.inference.sizing`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
+
+from ssgp_ppl.errors import SSGPError
 
 INFO_KINDS: dict[str, type[MethodInfo]] = {}  # kind -> its MethodInfo subclass
 
@@ -142,6 +145,44 @@ class FitInfo:
     paths: PathsInfo | None = None  # a multi-path fit's paths
 
 
+@dataclass(frozen=True, kw_only=True)
+class Sizing:
+    """How ``m = "auto"`` was resolved: the chosen ``m``, the ``budget`` (seconds) it was held to,
+    each scored candidate's leave-one-out log density per row (``scores``, m -> nats), the
+    candidates left out with why (``excluded``, m -> reason), the pilot's rows and seconds."""
+
+    m: int
+    budget: float
+    scores: dict[int, float]
+    estimated_seconds: dict[int, float]
+    excluded: dict[int, str]
+    pilot_rows: int
+    pilot_seconds: float
+
+    def text(self) -> str:
+        """One line for a reader: the choice and the scores behind it."""
+        scored = ", ".join(f"{m}: {s:.3f}" for m, s in self.scores.items())
+        out = (f"m = {self.m} sized to the data (leave-one-out log density per row of a pilot "
+               f"on {self.pilot_rows} rows, {scored}; budget {self.budget:g} s")
+        if self.excluded:
+            out += f"; {', '.join(str(m) for m in self.excluded)} over it"
+        return out + ")"
+
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        for k in ("scores", "estimated_seconds", "excluded"):
+            out[k] = {str(m): v for m, v in out[k].items()}
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> Sizing:
+        try:
+            return cls(**{**d, **{k: {int(m): v for m, v in d[k].items()}
+                                  for k in ("scores", "estimated_seconds", "excluded")}})
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            raise SSGPError(f"sizing: not a sizing record ({e})") from None
+
+
 def stop_text(info: FitInfo) -> str | None:
     """How an iterative fit stopped, in words (None for a fit without a stop rule): converged, or
     stopped by the step budget with the objective's improvement per 1,000 steps at the end (a
@@ -242,5 +283,5 @@ def info_from_flat(d: dict, method: str) -> FitInfo:
 
 
 __all__ = ["FitInfo", "StopReading", "MethodInfo", "SVIInfo", "MLInfo", "NUTSInfo", "SMCInfo",
-           "NCVMPInfo", "LocalInfo", "PathsInfo", "INFO_KINDS", "stop_text", "info_to_json",
+           "NCVMPInfo", "LocalInfo", "PathsInfo", "INFO_KINDS", "Sizing", "stop_text", "info_to_json",
            "info_from_json", "info_from_flat"]

@@ -92,7 +92,11 @@ def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = N
                 seed: int = 0, steps: int | None = None, fraction: float = VALIDATION_FRACTION
                 ) -> BetaSelection:
     """Fit ``entry`` for every β of ``grid`` (default :func:`beta_grid` of the inner n) on the inner
-    training rows, score on the validation rows, pick the best (Wei et al. 2021, §6.1)."""
+    training rows, score on the validation rows, pick the best (Wei et al. 2021, §6.1). An entry
+    with ``m = "auto"`` is sized to ``data`` first (:func:`ssgp_ppl.inference.sizing.resolve`)."""
+    from ssgp_ppl.inference import sizing
+
+    entry = sizing.resolve(entry, data, seed=seed)
     own = methods.get(entry.methods[0])
     if not isinstance(own, SVIMethod):
         raise SSGPError(f"{entry.name}: β selection needs an entry fitted by SVI (its own method is "

@@ -56,7 +56,7 @@ def check_tan(entry, src: str, name: str) -> None:
         raise SSGPError(f"{src}: inference.methods: {name} is Gaussian-only (the {entry.lik.name} "
                         "likelihood has no NCVMP updates)")
     try:
-        ncvmp.tan_prior(entry.spec(1))
+        ncvmp.tan_prior(entry.structure)
     except SSGPError as e:
         raise SSGPError(f"{src}: {e}") from None
 
