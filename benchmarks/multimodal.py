@@ -29,7 +29,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ssgp_ppl/__init__.py, b
 from ssgp_ppl.data.datasets import load  # noqa: E402
 from ssgp_ppl.diagnostics.calibration import reference_health  # noqa: E402
 from ssgp_ppl.entry import list_entries, load_entry  # noqa: E402
-from ssgp_ppl.inference import methods  # noqa: E402
+from ssgp_ppl.inference import methods, sizing  # noqa: E402
 from ssgp_ppl.inference.paths import combine, split_chains  # noqa: E402
 from ssgp_ppl.pipeline import evaluate, fit, prerequisites  # noqa: E402
 from ssgp_ppl.report import reference_fit, small  # noqa: E402
@@ -57,6 +57,7 @@ def run_one(name: str, dataset: str, *, quick: bool, sets: list[str], vi: bool =
     data = load(dataset, x_scaling=entry.config["data"]["x_scaling"])
     if quick:
         entry, data = small(entry, data)
+    entry = sizing.resolve(entry, data)  # m = "auto": sized once, for the reference and VI alike
     own = methods.get(entry.methods[0])
     rec = {"entry": name, "dataset": dataset, "n_train": data.n_train, "method": own.name,
            "settings": sets}

@@ -254,8 +254,9 @@ def over_seeds(records: list[dict]) -> list[dict]:
                 m[key] = float(v.mean())
                 m[f"{key}_se"] = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
         m["seeds"] = k
-        if m["kind"] == "ours":  # the m each seed's fit used (sized to its split where "auto")
-            m["m_by_seed"] = [r["settings"]["m"] for r in rows]
+        ms = [r["settings"]["m"] for r in rows if "m" in r.get("settings", {})]
+        if m["kind"] == "ours" and ms:  # the m each seed's fit used (sized to its split: "auto")
+            m["m_by_seed"] = ms
         out.append(m)
     return out
 
@@ -330,7 +331,8 @@ def not_measured(records: list[dict]) -> dict:
 
 
 def gather(out: Path) -> dict:
-    records = [json.loads(p.read_text()) for p in sorted(out.glob("*/*.json"))]
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("*/*.json"))
+               if p.parent.name in SETS]  # not gpu/: whole peers.json documents of other runs
     records.sort(key=lambda r: (list(SETS).index(r["set"]) if r["set"] in SETS else 99, r["method"]))
     return {"format": 1, "machine": machine(), "targets": TARGETS, "full_batch_max": FULL_BATCH_MAX,
             "cost_formula": COST_FORMULA, "records": records, "by_method": over_seeds(records),

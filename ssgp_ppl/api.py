@@ -153,8 +153,8 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     force
         Run a fit whose memory estimate exceeds the machine's (refused otherwise).
     budget
-        Seconds the fit may take, for an entry with ``m = "auto"``: the number of frequencies
-        is sized to the data within it (`ssgp_ppl.inference.sizing`; default
+        For an entry with ``m = "auto"``: the seconds the fit is sized to (an estimate from every
+        step of its step budget, not a limit; `ssgp_ppl.inference.sizing`, default
         ``sizing.DEFAULT_BUDGET``); ``post.entry.sizing`` says what was chosen and why.
     progress
         Show progress on stderr (bars of the steps, SMC temperatures and NUTS draws), as
@@ -187,7 +187,8 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     table = TableOptions.of(inputs, drop, dropna, encode, dates)
     ds = _dataset(entry, data, x, y, target=target, split=split, x_test=x_test, y_test=y_test,
                   test=test, table=table, subsample=subsample, log_target=log_target)
-    entry = sizing.resolve(entry, ds, budget=budget, seed=seed, progress=progress)
+    entry = sizing.resolve(entry, ds, budget=budget, seed=seed, steps=steps, method=method,
+                           progress=progress)
     given = _handoff(entry, ds, method, spectral_points, seed=seed, progress=progress)
     post = pipeline.fit(entry, ds, method, seed=seed, steps=steps, progress=progress, force=force,
                         inputs=given)
@@ -247,8 +248,8 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
         `ssgp_ppl.diagnostics.sbc.run` at its small defaults, ``settings`` on top, on the
         training inputs of this split) into ``out/sbc`` and its section to the report.
     budget
-        Seconds each fit may take, for an entry with ``m = "auto"`` (as in ``ssgp_ppl.fit``);
-        every method and the reference use the m chosen for the entry's own method.
+        For an entry with ``m = "auto"``: the seconds the entry's own fit is sized to (as in
+        ``ssgp_ppl.fit``); every method and the reference use the m chosen for it.
     progress
         Show progress on stderr.
 
@@ -274,23 +275,25 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
     if data is None:
         raise SSGPError("compare needs data= (a name, a file path or a DataFrame)")
     entry = _entry(model, settings)
+    if sbc is not None:  # its entry checked before the comparison runs, not after
+        from ssgp_ppl.diagnostics import sbc as sbc_module
+
+        sbc_entry = _entry(_entry(model, None).with_overrides(list(sbc_module.SMALL_SETTINGS)),
+                           settings)
+        sbc_module.check_entry(sbc_entry)
     table = TableOptions.of(inputs, drop, dropna, encode, dates)
     ds = _dataset(entry, data, None, None, target=target, split=split, x_test=None, y_test=None,
                   test=test, table=table, subsample=subsample, log_target=log_target)
     if small:  # the given settings still apply on top of the quick run's
         entry, ds = report.small(entry, ds)
         entry = _entry(entry, settings)
+    entry = report.budget(entry, ds.n_train, **limits)  # the steps m is sized for
     entry = sizing.resolve(entry, ds, budget=budget, seed=seed, progress=progress)
-    entry = report.budget(entry, ds.n_train, **limits)
     out = Path(f"runs/{entry.name}-{ds.name}-compare" if out is None else out)
     comparison = report.run_comparison(entry, ds, out, seed=seed, progress=progress,
                                        fresh_reference=fresh_reference, overwrite=overwrite,
                                        resume=resume)
     if sbc is not None:
-        from ssgp_ppl.diagnostics import sbc as sbc_module
-
-        sbc_entry = _entry(_entry(model, None).with_overrides(list(sbc_module.SMALL_SETTINGS)),
-                           settings)
         sbc_module.add_to_comparison(sbc_entry, ds, out, sims=sbc, seed=seed, progress=progress)
     return comparison
 

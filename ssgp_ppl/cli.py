@@ -59,7 +59,9 @@ def _seconds(text: str) -> float:
 def _sized(args, entry, data):
     """``entry`` with ``m = "auto"`` sized to ``data`` within ``--budget`` seconds, the choice
     printed on stderr (:func:`ssgp_ppl.inference.sizing.resolve`)."""
-    sized = sizing.resolve(entry, data, budget=args.budget, seed=args.seed)
+    method = getattr(args, "method", None)  # compare: the entry's own method, its steps set
+    sized = sizing.resolve(entry, data, budget=args.budget, seed=args.seed, method=method,
+                           steps=args.steps if args.command == "fit" else None)
     if sized.sizing is not None and sized is not entry:
         print(f"ssgp-ppl: {entry.name}: {sized.sizing.text()}", file=sys.stderr)
     return sized
@@ -223,8 +225,9 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--force", action="store_true",
                        help="run a fit whose memory estimate exceeds this machine's memory")
         q.add_argument("--budget", type=_seconds, metavar="SECONDS",
-                       help="seconds a fit may take, for an entry with m = \"auto\": m is sized "
-                       f"to the data within it (default {sizing.DEFAULT_BUDGET:g})")
+                       help="for an entry with m = \"auto\": the seconds its fit is sized to (an "
+                       "estimate from every step of the step budget, not a limit; default "
+                       f"{sizing.DEFAULT_BUDGET:g})")
         q.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     f = add("fit", help="fit a catalog model, write metrics.json and posterior.nc")
@@ -621,10 +624,14 @@ def cmd_compare(args) -> int:
     try:
         with _stop_on_signals(), _precision_warnings() as precision:
             entry = _entry(args)
+            if getattr(args, "sbc", None):  # refused before the comparison runs, not after
+                from ssgp_ppl.diagnostics import sbc
+
+                sbc.check_entry(entry.with_overrides(list(sbc.SMALL_SETTINGS) + list(args.sets)))
             data = _load_data(args, entry)
-            entry = _sized(args, entry, data)
             entry = budget(entry, data.n_train, steps=args.steps, samples=args.samples,
                            chains=args.chains)
+            entry = _sized(args, entry, data)
             out = Path(args.out or f"runs/{entry.name}-{data.name}-compare")
             records = compare(entry, data, out, seed=args.seed, progress=not args.no_progress,
                               fresh_reference=args.fresh_reference, overwrite=args.overwrite,

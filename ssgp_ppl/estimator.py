@@ -35,7 +35,8 @@ class SSGPRegressor(RegressorMixin, BaseEstimator):
     steps : int, optional
         The step budget of an iterative method.
     budget : float, optional
-        Seconds a fit may take, for an entry with ``m = "auto"`` (as :func:`ssgp_ppl.fit`'s).
+        For an entry with ``m = "auto"``: the seconds the fit is sized to (as
+        :func:`ssgp_ppl.fit`'s).
     log_target : bool
         Fit on log y of a positive target; ``predict`` and ``predict_interval`` give y's mean,
         standard deviation and interval (log-normal given each draw), as :func:`ssgp_ppl.fit`.

@@ -44,6 +44,7 @@ def prerequisites(entry: CatalogEntry, data: Dataset, method: methods.Method, *,
                   progress: bool = True, partitions=None) -> Handoff:
     """What ``method`` needs from the entry's own method on ``data``: that method is run (not the
     whole pipeline) and its hand-over returned; with nothing needed, just ``partitions``."""
+    entry = sizing.resolve(entry, data, seed=seed)  # m = "auto": at the default budget
     own = methods.get(entry.methods[0])
     need = set(method.requires(entry))
     need |= {k for k in method.accepts if k in own.provides and own is not method}
@@ -76,7 +77,8 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
     """
     m = methods.get(method or entry.methods[0])
     seed = check_seed(seed)
-    entry = sizing.resolve(entry, data, budget=budget, seed=seed, progress=progress)
+    entry = sizing.resolve(entry, data, budget=budget, seed=seed, steps=steps, method=m.name,
+                           progress=progress)
     needs = resources.check(entry, data.n_train, data.n_features, data.n_test, m.name, force=force)
     if needs.guide_params > resources.GUIDE_PARAMS_LOUD and progress:
         print(f"ssgp-ppl: {entry.name}: the {needs.guide} guide has {needs.guide_params:.3g} "

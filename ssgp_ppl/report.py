@@ -52,6 +52,7 @@ from ssgp_ppl.diagnostics.metrics import DEFAULT_LEVELS as LEVELS
 from ssgp_ppl.entry import CatalogEntry, from_saved
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.inference import methods, sizing
+from ssgp_ppl.inference.fitinfo import Sizing
 from ssgp_ppl.inference.paths import OBJECTIVE_KINDS, SCREEN_DRAWS, combine, split_chains
 from ssgp_ppl.pipeline import evaluate, fit, metrics_record
 from ssgp_ppl.posterior import Handoff, Posterior
@@ -1375,6 +1376,10 @@ class Comparison:
         Where the report is (None for a comparison not written).
     summary
         The report's opening lines: the reference's verdict and the best method by test MNLP.
+    m
+        The number of frequencies every method used (None in a comparison written without it).
+    sizing
+        How ``m = "auto"`` chose it (`ssgp_ppl.inference.fitinfo.Sizing`), None for a given m.
     """
 
     model: str
@@ -1385,6 +1390,8 @@ class Comparison:
     posteriors: Mapping[str, Posterior]
     folder: Path | None = None
     summary: tuple[str, ...] = ()  # the report's opening lines (:func:`summary_lines`)
+    m: int | None = None
+    sizing: Sizing | None = None
 
     @property
     def methods(self) -> list[str]:
@@ -1483,12 +1490,13 @@ class Comparison:
         Returns
         -------
         dict
-            ``format``, ``model``, ``dataset``, ``split``, ``seed``, ``summary`` and
-            ``methods`` (a copy of `records`).
+            ``format``, ``model``, ``dataset``, ``split``, ``seed``, ``m`` (and ``sizing``
+            where m was sized to the data), ``summary`` and ``methods`` (a copy of `records`).
         """
+        sized = {} if self.sizing is None else {"sizing": self.sizing.to_json()}
         return {"format": REPORT_FORMAT, "model": self.model, "dataset": self.dataset,
-                "split": self.split, "seed": self.seed, "summary": list(self.summary),
-                "methods": copy.deepcopy(list(self.records))}
+                "split": self.split, "seed": self.seed, "m": self.m, **sized,
+                "summary": list(self.summary), "methods": copy.deepcopy(list(self.records))}
 
     def __repr__(self) -> str:
         label = self.reference_label
@@ -1519,10 +1527,12 @@ def read_comparison(folder: str | Path, posteriors: dict | None = None) -> Compa
     try:
         records = tuple(doc["methods"])
         labels = [r["method"] for r in records]
+        sized = doc.get("sizing")
         return Comparison(doc["model"], doc["dataset"], int(doc["split"]), int(doc["seed"]),
                           records, _Posteriors(labels, folder, posteriors or {}), folder,
-                          tuple(doc.get("summary", ())))
-    except (KeyError, TypeError, ValueError) as e:
+                          tuple(doc.get("summary", ())), doc.get("m"),
+                          None if sized is None else Sizing.from_json(sized))
+    except (KeyError, TypeError, ValueError, SSGPError) as e:
         raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
 
 

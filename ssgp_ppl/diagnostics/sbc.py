@@ -238,6 +238,14 @@ class Design(NamedTuple):
     dataset: object  # ssgp_ppl.data.datasets.Dataset cut to the design rows (its y the real one)
 
 
+def check_entry(entry) -> None:
+    """SBC simulates from the prior on a small design at a given m: ``m = "auto"`` (sized to
+    real targets) is refused with what to give instead."""
+    if entry.config["model"]["m"] == "auto":
+        raise SSGPError(f"{entry.path}: model.m: SBC fits its simulations at a given m (its "
+                        f"default {SMALL_SETTINGS[0]}), not 'auto'; give m a number")
+
+
 def design(entry, data="pendulum", *, rows: int = ROWS, settings=SMALL_SETTINGS) -> Design:
     """The entry with ``settings`` (default :data:`SMALL_SETTINGS`) on ``rows`` evenly spaced
     training inputs of the data set ``data``: a known data set's name, or a loaded
@@ -249,6 +257,7 @@ def design(entry, data="pendulum", *, rows: int = ROWS, settings=SMALL_SETTINGS)
     entry = entry if not isinstance(entry, str | Path) else load_entry(entry)
     if settings:
         entry = entry.with_overrides(list(settings))
+    check_entry(entry)
     if not entry.latent_sites:
         raise SSGPError(f"{entry.name}: SBC needs a model with latent sites (priors); this one "
                         "has none")
@@ -1272,7 +1281,6 @@ def add_to_report(report: Path, result: Result) -> None:
 
 __all__ = ["BAND", "COMPARISON_FOLDER", "DRAWS", "FEW_SIMULATIONS", "LAGS", "METHODS", "ROWS",
            "SHAPES", "SMALL_SETTINGS", "Batch", "Design", "Reading", "Result", "add_to_comparison",
-           "add_to_report",
-           "check_methods", "chi2_p", "design", "figure", "fractional", "html_section", "load",
-           "methods_for", "program", "quantities", "ranks", "reading", "run", "simulate",
-           "summarize", "summary_lines", "to_datatree", "to_json", "write"]
+           "add_to_report", "check_entry", "check_methods", "chi2_p", "design", "figure",
+           "fractional", "html_section", "load", "methods_for", "program", "quantities", "ranks",
+           "reading", "run", "simulate", "summarize", "summary_lines", "to_datatree", "to_json", "write"]

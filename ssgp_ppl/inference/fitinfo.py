@@ -164,8 +164,12 @@ class Sizing:
         scored = ", ".join(f"{m}: {s:.3f}" for m, s in self.scores.items())
         out = (f"m = {self.m} sized to the data (leave-one-out log density per row of a pilot "
                f"on {self.pilot_rows} rows, {scored}; budget {self.budget:g} s")
-        if self.excluded:
-            out += f"; {', '.join(str(m) for m in self.excluded)} over it"
+        over = [str(m) for m, why in self.excluded.items() if "budget" in why]
+        memory = [str(m) for m, why in self.excluded.items() if "budget" not in why]
+        if over:
+            out += f"; {', '.join(over)} over it"
+        if memory:
+            out += f"; {', '.join(memory)} over the memory"
         return out + ")"
 
     def to_json(self) -> dict:

@@ -89,14 +89,15 @@ class BetaSelection(NamedTuple):
 
 
 def select_beta(entry: CatalogEntry, data: Dataset, grid: list[float] | None = None, *,
-                seed: int = 0, steps: int | None = None, fraction: float = VALIDATION_FRACTION
-                ) -> BetaSelection:
+                seed: int = 0, steps: int | None = None, fraction: float = VALIDATION_FRACTION,
+                budget: float | None = None) -> BetaSelection:
     """Fit ``entry`` for every β of ``grid`` (default :func:`beta_grid` of the inner n) on the inner
     training rows, score on the validation rows, pick the best (Wei et al. 2021, §6.1). An entry
-    with ``m = "auto"`` is sized to ``data`` first (:func:`ssgp_ppl.inference.sizing.resolve`)."""
+    with ``m = "auto"`` is sized to ``data`` and ``budget`` seconds first
+    (:func:`ssgp_ppl.inference.sizing.resolve`)."""
     from ssgp_ppl.inference import sizing
 
-    entry = sizing.resolve(entry, data, seed=seed)
+    entry = sizing.resolve(entry, data, budget=budget, seed=seed, steps=steps)
     own = methods.get(entry.methods[0])
     if not isinstance(own, SVIMethod):
         raise SSGPError(f"{entry.name}: β selection needs an entry fitted by SVI (its own method is "

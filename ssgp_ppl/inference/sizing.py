@@ -55,9 +55,9 @@ def is_auto(entry) -> bool:
     return entry.config["model"]["m"] == "auto"
 
 
-def rows_per_step(entry, n: int) -> int:
-    """The training rows one step of ``entry``'s own method touches: a minibatch, the sampled
-    partitions (about n/p rows each), or all n."""
+def rows_per_step(entry, n: int, method: str | None = None) -> int:
+    """The training rows one step of ``method`` (default: the entry's own) touches: a minibatch,
+    the sampled partitions (about n/p rows each), or all n."""
     cfg = entry.config
     pc = cfg["partitions"]
     rows = n
@@ -66,16 +66,18 @@ def rows_per_step(entry, n: int) -> int:
 
         p = pc["count"] or auto_count(n)
         rows = min(pc["per_step"], p) * math.ceil(n / p)
-    batch = cfg["inference"][entry.methods[0]].get("batch_size", 0)
+    batch = cfg["inference"][method or entry.methods[0]].get("batch_size", 0)
     return min(rows, batch) if batch else rows
 
 
-def fit_seconds(entry, n: int, m: int) -> float:
-    """An upper estimate of the fit's seconds at m: every step of its budget (× paths), each
+def fit_seconds(entry, n: int, m: int, *, steps: int | None = None,
+                method: str | None = None) -> float:
+    """An upper estimate of the fit's seconds at m by ``method`` (default: the entry's own):
+    every step of its budget (``steps``, default the entry's; × paths), each
     :data:`STEP_OVERHEAD` + rows per step × (2m)² / :data:`RATE`."""
-    st = entry.config["inference"][entry.methods[0]]
-    steps = st["steps"] * st.get("paths", 1)
-    return steps * (STEP_OVERHEAD + rows_per_step(entry, n) * (2 * m) ** 2 / RATE)
+    st = entry.config["inference"][method or entry.methods[0]]
+    total = (st["steps"] if steps is None else steps) * st.get("paths", 1)
+    return total * (STEP_OVERHEAD + rows_per_step(entry, n, method) * (2 * m) ** 2 / RATE)
 
 
 def _unpack(params, d: int):
@@ -91,13 +93,15 @@ def _features(params, x, points):
 
 
 def _dual_factor(params, x, points):
-    """The Cholesky factor of K = σ_s²/m ΦΦᵀ + σ_n² I (n × n), with a 1e-6 relative jitter."""
+    """The Cholesky factor of K = σ_s²/m ΦΦᵀ + σ_n² I (n × n), with the jitter escalation of
+    :func:`ssgp_ppl.model.linalg.cholesky` (as the 2m × 2m form's)."""
+    from ssgp_ppl.model.linalg import cholesky
+
     n, m = x.shape[0], points.shape[0]
     _, signal, noise = _unpack(params, x.shape[1])
     phi = _features(params, x, points)
     k = (signal**2 / m) * phi @ phi.T + noise**2 * jnp.eye(n, dtype=phi.dtype)
-    k = k + 1e-6 * jnp.mean(jnp.diagonal(k)) * jnp.eye(n, dtype=k.dtype)
-    return jax.scipy.linalg.cho_factor(k, lower=True)
+    return cholesky(k), True
 
 
 def pilot_objective(params, x, y, points, dual: bool = False):
@@ -137,7 +141,8 @@ def pilot_loo(params, x, y, points, dual: bool = False):
 @jax.jit
 def _pilot_fit(x, y, points, start):
     """:data:`PILOT_STEPS` Adam steps on :func:`pilot_objective` from ``start``; returns the end
-    point and its mean :func:`pilot_loo` (the n × n forms where n < 2m)."""
+    point and its mean :func:`pilot_loo` (the n × n forms where n < 2m); −inf where the fit
+    diverged."""
     dual = x.shape[0] < 2 * points.shape[0]
     init, update, get_params = adam(PILOT_LR)
 
@@ -147,15 +152,16 @@ def _pilot_fit(x, y, points, start):
 
     state, _ = jax.lax.scan(step, init(start), jnp.arange(PILOT_STEPS))
     params = get_params(state)
-    params = jnp.where(jnp.all(jnp.isfinite(params)), params, start)
-    return params, jnp.mean(pilot_loo(params, x, y, points, dual))
+    score = jnp.mean(pilot_loo(params, x, y, points, dual))
+    return params, jnp.where(jnp.all(jnp.isfinite(params)) & jnp.isfinite(score), score, -jnp.inf)
 
 
 
 
 def pilot_scores(entry, x, y, ms, *, seed: int = 0) -> tuple[dict[int, float], int]:
     """The leave-one-out log density per row of the fixed-frequency type-II SSGP at each m of
-    ``ms`` on at most :data:`PILOT_ROWS` rows of (x, y) (standardised), each fit from the same
+    ``ms`` on at most :data:`PILOT_ROWS` rows of (x, y) (the model's scaled inputs and targets; y
+    is centred here), each fit from the same
     start (one started where a smaller m's ended stays in its high-noise optimum). Returns
     ({m: score}, rows used)."""
     from ssgp_ppl.model import densities
@@ -179,10 +185,14 @@ def pilot_scores(entry, x, y, ms, *, seed: int = 0) -> tuple[dict[int, float], i
     return scores, n
 
 
-def resolve(entry, data, *, budget: float | None = None, seed: int = 0, progress: bool = False):
+def resolve(entry, data, *, budget: float | None = None, seed: int = 0, steps: int | None = None,
+            method: str | None = None, progress: bool = False):
     """``entry`` with ``m = "auto"`` replaced by the m the rule above picks for ``data``'s training
-    rows within ``budget`` seconds (default :data:`DEFAULT_BUDGET`), its :class:`Sizing` in
-    ``entry.sizing``; an entry with a number for m is returned as it is.
+    rows within ``budget`` seconds (default :data:`DEFAULT_BUDGET`) of a fit by ``method`` of
+    ``steps`` steps (default: the method's; a method other than svi or ml, or none: the entry's
+    own method at its own steps), its :class:`Sizing` in
+    ``entry.sizing``; an entry with a number for m is returned as it is. The budget is what m is
+    sized to, not a limit: the fit itself runs to its stop rule or step budget.
 
     Raises
     ------
@@ -200,22 +210,27 @@ def resolve(entry, data, *, budget: float | None = None, seed: int = 0, progress
         raise SSGPError(f"{src}: 'auto' is scored by the Gaussian likelihood's closed-form "
                         f"leave-one-out predictive; give m a number for the {entry.lik.name} "
                         "likelihood")
-    if entry.methods[0] not in AUTO_METHODS:
-        raise SSGPError(f"{src}: 'auto' sizes entries fitted by {' or '.join(AUTO_METHODS)}; "
-                        f"give m a number for {entry.methods[0]}")
+    if method is None:
+        method = entry.methods[0]
+    elif method not in AUTO_METHODS:  # a sampler, NCVMP: sized as the entry's own fit would be
+        method, steps = entry.methods[0], None
+    if method not in AUTO_METHODS:
+        raise SSGPError(f"{src}: 'auto' sizes entries fitted by {' or '.join(AUTO_METHODS)}; give "
+                        f"m a number for {method}")
     from ssgp_ppl.runtime import resources
 
     budget = float(DEFAULT_BUDGET if budget is None else budget)
     n, d = data.n_train, data.n_features
     estimated, excluded, affordable = {}, {}, []
     for m in LADDER:
-        estimated[m] = round(fit_seconds(entry, n, m), 1)
+        seconds = fit_seconds(entry, n, m, steps=steps, method=method)
+        estimated[m] = round(seconds, 1)
         sized = entry.with_settings([("m", m)])
-        need = resources.estimate(sized, n, d, data.n_test, entry.methods[0]).bytes
-        if estimated[m] > budget:
-            excluded[m] = f"estimated {estimated[m]:.3g} s > budget {budget:g} s"
+        need = resources.estimate(sized, n, d, data.n_test, method).bytes
+        if seconds > budget:
+            excluded[m] = f"estimated {seconds:.3g} s > budget {budget:g} s"
         elif need > 0.8 * resources.memory_bytes():
-            excluded[m] = f"needs {need / 2**30:.3g} GiB"
+            excluded[m] = f"needs {need / 2**30:.3g} GiB of memory"
         else:
             affordable.append(m)
     if not affordable:

@@ -157,3 +157,43 @@ def test_pilot_subsamples_large_data():
     scores, rows = sizing.pilot_scores(load_entry("vssgp_collapsed"), x, y, (10,))
     assert rows == sizing.PILOT_ROWS
     assert np.isfinite(scores[10])
+
+
+def test_the_steps_and_the_method_the_fit_runs_are_what_m_is_sized_for(pendulum):
+    """``steps`` scales every estimate (compare's --steps, fit's steps=); a method that is not svi
+    or ml (a sampler) is sized as the entry's own fit at its own steps."""
+    auto = load_entry("vssgp_collapsed").with_overrides(["m=auto"])
+    n = pendulum.n_train
+    assert sizing.fit_seconds(auto, n, 100, steps=1000) == pytest.approx(
+        sizing.fit_seconds(auto, n, 100) * 1000 / auto.config["inference"]["svi"]["steps"])
+    budget = sizing.fit_seconds(auto, n, 400, steps=1000) * 1.01  # every m at 1,000 steps
+    short = sizing.resolve(auto, pendulum, budget=budget, steps=1000)
+    assert not short.sizing.excluded
+    own = sizing.resolve(auto, pendulum, budget=budget, steps=1000, method="nuts")
+    assert set(own.sizing.excluded) == {m for m in sizing.LADDER
+                                        if sizing.fit_seconds(auto, n, m) > budget}
+    assert own.sizing.estimated_seconds[10] == round(sizing.fit_seconds(auto, n, 10), 1)
+
+
+def test_sbc_refuses_auto_before_anything_runs(tmp_path):
+    from ssgp_ppl.diagnostics import sbc
+
+    with pytest.raises(SSGPError, match=r"model.m: SBC fits its simulations at a given m"):
+        sbc.design("vssgp_collapsed", settings=["m=auto"])
+    with pytest.raises(SSGPError, match=r"SBC fits its simulations at a given m"):
+        ssgp_ppl.compare("vssgp_collapsed", "pendulum", settings={"m": "auto"}, sbc=5,
+                         out=tmp_path / "c", progress=False)
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_comparison_sizes_once_and_records_it(tmp_path):
+    """compare: m sized once for every method; comparison.json, Comparison and the report carry
+    it, and a comparison loaded back has the same record."""
+    cmp = ssgp_ppl.compare("ssgp_fixed", "pendulum", small=True, out=tmp_path / "c",
+                           settings={"m": "auto"}, budget=1.0, progress=False)
+    doc = json.loads((tmp_path / "c" / "comparison.json").read_text())
+    assert cmp.to_dict() == doc
+    assert doc["m"] == cmp.m == cmp.sizing.m == doc["sizing"]["m"]
+    assert all(p.entry.config["model"]["m"] == cmp.m for p in cmp.posteriors.values())
+    assert cmp.sizing.text() in (tmp_path / "c" / "report.html").read_text().replace("&#x27;", "'")
+    assert ssgp_ppl.load_comparison(tmp_path / "c").sizing == cmp.sizing
