@@ -504,7 +504,10 @@ TABLES = {
               "twice, the two `peers.json` kept as `reports/peers/gpu/first_run.json` and "
               "`compilation_cached.json`. With `--seeds 0,1,2` each method runs on three seeds "
               "(seed k on split k): the tables show means ± standard errors and each target "
-              "reads met or missed by more than them, or \"within se\".", peers),
+              "reads met or missed by more than them, or \"within se\". This project's entries "
+              "run at their catalog settings: `vssgp_collapsed` and `svbssgp_collapsed` with "
+              "`m = \"auto\"` sized within the default 600 s (the m column; the pilot's seconds "
+              "count in the fit's; [Sizing m to the data](../guide/sizing.md)).", peers),
     "gold": ("Gold references",
              "`python benchmarks/gold_references.py` (resumable; stored in "
              "`ssgp_ppl/references/`, shipped with the package): for each fully Bayesian "

@@ -408,7 +408,7 @@ def test_settings_are_data_never_toml_text():
     x, y = _small()
     with pytest.raises(SSGPError, match=r"'m=5 #' is not a catalog key"):
         ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "m=5 #": 1})
-    with pytest.raises(SSGPError, match=r"model.m: expected int, got str '3'"):
+    with pytest.raises(SSGPError, match=r"model.m: expected int or 'auto', got str '3'"):
         ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "m": "3"})
     post = ssgp_ppl.fit("ssgp", x=x, y=y, settings={**TINY, "description": "C:\\temp\\new",
                                                    "methods": ("ml",)})

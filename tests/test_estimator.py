@@ -39,7 +39,8 @@ def test_fit_predict_equal_the_function_api_and_std_is_the_predictive_sd(autompg
 def test_params_clone_and_set_params():
     reg = ssgp_ppl.SSGPRegressor("ssgp", settings={"m": 5}, seed=3)
     assert reg.get_params() == {"model": "ssgp", "method": None, "settings": {"m": 5},
-                                "steps": None, "log_target": False, "seed": 3, "progress": False}
+                                "steps": None, "budget": None, "log_target": False, "seed": 3,
+                                "progress": False}
     twin = clone(reg).set_params(seed=4)
     assert twin.seed == 4 and reg.seed == 3 and twin.settings == {"m": 5}
     from sklearn.exceptions import NotFittedError
