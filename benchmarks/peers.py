@@ -172,6 +172,11 @@ def run_ours(name: str, ds, *, quick: bool, seed: int, budget: float | None = No
         else []
     if overrides:
         entry = entry.with_overrides(overrides)
+    if sizing.is_auto(entry):  # sized here, so that an m no budget allows is a skip, not an error
+        try:
+            entry = sizing.resolve(entry, ds, budget=budget, seed=seed)
+        except SSGPError as e:
+            return {"skipped": one_line(e).split("'auto': ", 1)[-1]}
     cost = full_batch_cost(entry, ds.n_train, ds.n_features)
     if cost is not None and cost[0] > FULL_BATCH_MAX:
         return {"skipped": f"every step sees all {ds.n_train} rows: {cost[1]} = {cost[0]:.2g} > "
@@ -257,6 +262,7 @@ def over_seeds(records: list[dict]) -> list[dict]:
         ms = [r["settings"]["m"] for r in rows if "m" in r.get("settings", {})]
         if m["kind"] == "ours" and ms:  # the m each seed's fit used (sized to its split: "auto")
             m["m_by_seed"] = ms
+            m["m_sized"] = all("sizing" in r for r in rows)
         out.append(m)
     return out
 
@@ -291,6 +297,7 @@ def summarise(records: list[dict]) -> dict:
         summ = {"best_peer_nmse": [best_nmse["method"], best_nmse["nmse"]],
                 "best_peer_mnlp": [best_mnlp["method"], best_mnlp["mnlp"]],
                 "best_bayesian": best["method"], "m": best.get("m_by_seed"),
+                "m_sized": best.get("m_sized"),
                 "nmse": best["nmse"], "mnlp": best["mnlp"],
                 "fit_seconds": best["fit_seconds"], "predict_seconds": best["predict_seconds"],
                 "nmse_ratio": round(best["nmse"] / best_nmse["nmse"], 4),

@@ -118,11 +118,13 @@ def _peers_gpu() -> list[str]:
     return out
 
 
-def _m_text(ms) -> str:
-    """The m of each seed's fit, once where they agree ("–" for records without it)."""
+def _m_text(ms, sized=False) -> str:
+    """The m of each seed's fit, once where they agree ("–" for records without it), marked
+    "sized" where ``m = "auto"`` chose it."""
     if not ms:
         return "–"
-    return str(ms[0]) if len(set(ms)) == 1 else "/".join(map(str, ms))
+    text = str(ms[0]) if len(set(ms)) == 1 else "/".join(map(str, ms))
+    return f"{text} (sized)" if sized else text
 
 
 def peers() -> str:
@@ -150,7 +152,7 @@ def peers() -> str:
 
         out.append(f"| {name} | {s['best_peer_nmse'][1]:.4g} ({s['best_peer_nmse'][0]}) | "
                    f"{s['best_peer_mnlp'][1]:.3f} ({s['best_peer_mnlp'][0]}) | `{s['best_bayesian']}` | "
-                   f"{_m_text(s.get('m'))} | "
+                   f"{_m_text(s.get('m'), s.get('m_sized'))} | "
                    f"{s['nmse']:.4g}{se('nmse', '.2g')} ({s['nmse_ratio']:.2f}×) | {s['mnlp']:.3f}"
                    f"{se('mnlp', '.3f')} ({s['mnlp_above_best']:+.3f}) | {s['fit_seconds']:.1f}{tr} | "
                    f"{met} | "
@@ -185,7 +187,7 @@ def peers() -> str:
             (lambda key, f, r=r: f"{r[key]:{f}}")
         seeds = f" ({k} seeds)" if k > 1 else ""
         out.append(f"| {r['set']} | {r['n_train']} | {name}{sub}{seeds} | "
-                   f"{_m_text(r.get('m_by_seed'))} | {pm('nmse', '.4g')} | "
+                   f"{_m_text(r.get('m_by_seed'), r.get('m_sized'))} | {pm('nmse', '.4g')} | "
                    f"{pm('mnlp', '.3f')} | {r['coverage_90']:.3f} | {pm('fit_seconds', '.1f')} | "
                    f"{r['predict_seconds']:.2f} |")
     return "\n".join(out)
@@ -224,6 +226,40 @@ def peers_figure(fileobj) -> None:
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(fileobj, format="png", dpi=90)
     plt.close(fig)
+
+
+def sizing_choices() -> str:
+    """reports/sizing/sizing.json (benchmarks/sizing_choices.py): the m that m = "auto" picks on
+    each peers set, with the pilot's scores and the candidates the budget left out."""
+    from ssgp_ppl.entry import load_entry
+
+    doc = json.loads((ROOT / "reports" / "sizing" / "sizing.json").read_text())
+    ladder = doc["ladder"]
+    names = sorted({r["entry"] for r in doc["records"]})
+    budgets = ", ".join(f"{load_entry(n).config['inference'][load_entry(n).methods[0]]['steps']:,}"
+                        f" for `{n}`" for n in names)
+    out = [f"Budget {doc['default_budget']:g} s (the default). Pilot score: the leave-one-out log "
+           "density per row of the fixed-frequency type-II SSGP at each m, on at most 1,000 "
+           "training rows; – where the budget (or memory) left that m out. The estimate counts "
+           f"every step of the entry's step budget ({budgets}) at its measured cost, so that "
+           "the fit can run to its stop "
+           "rule: where each step sees tens of thousands of rows only m = 10 fits 600 s "
+           "(`--budget 2500` gives `vssgp_collapsed` m = 50 on kin40k), and above them no m "
+           "does.", "",
+           "| set | n train | d | entry | m | " + " | ".join(f"m = {m}" for m in ladder)
+           + " | pilot s |", "| --- " * (6 + len(ladder)) + "|"]
+    for r in doc["records"]:
+        if "sizing" not in r:  # the error without its file path: why no m was chosen
+            why = r.get("error", "").split("'auto': ", 1)[-1].split("; give", 1)[0]
+            out.append(f"| {r['set']} | {r['n_train']} | {r['d']} | `{r['entry']}` | – | "
+                       + " | ".join("–" for _ in ladder) + f" | {why} |")
+            continue
+        s = r["sizing"]
+        cells = [f"**{s['scores'][str(m)]:.3f}**" if m == s["m"] else
+                 f"{s['scores'][str(m)]:.3f}" if str(m) in s["scores"] else "–" for m in ladder]
+        out.append(f"| {r['set']} | {r['n_train']} | {r['d']} | `{r['entry']}` | {s['m']} | "
+                   + " | ".join(cells) + f" | {s['pilot_seconds']:.1f} |")
+    return "\n".join(out)
 
 
 def mscan() -> str:
@@ -507,7 +543,9 @@ TABLES = {
               "reads met or missed by more than them, or \"within se\". This project's entries "
               "run at their catalog settings: `vssgp_collapsed` and `svbssgp_collapsed` with "
               "`m = \"auto\"` sized within the default 600 s (the m column; the pilot's seconds "
-              "count in the fit's; [Sizing m to the data](../guide/sizing.md)).", peers),
+              "count in the fit's; [Sizing m to the data](../guide/sizing.md)). In the m column "
+              "\"(sized)\" marks an m that rule chose; a plain number is the m the entry had when "
+              "that record was measured.", peers),
     "gold": ("Gold references",
              "`python benchmarks/gold_references.py` (resumable; stored in "
              "`ssgp_ppl/references/`, shipped with the package): for each fully Bayesian "
@@ -522,6 +560,13 @@ TABLES = {
                    "posterior in its standard deviations; floor: the same distance between halves "
                    "of the gold's own draws (below about twice the floor is within its Monte "
                    "Carlo noise).", vi_vs_gold),
+    "sizing": ("m = \"auto\" on the peers sets",
+               "`python benchmarks/sizing_choices.py` (`reports/sizing/sizing.json`): the m that "
+               "[Sizing m to the data](../guide/sizing.md) chooses on split 0 of every set of the "
+               "peers benchmark, for each built-in entry that uses it, without fitting. The "
+               "estimate counts every step of the entry's step budget, so the sets whose every "
+               "step sees tens of thousands of rows get a small m at the default budget.",
+               sizing_choices),
     "m-scan": ("More features: the variational entries as m grows",
                "`python benchmarks/mscan.py` (`reports/mscan/mscan.json`): test NMSE (MNLP) of "
                "the papers' guides over (θ, s) and of the same guides over θ with s integrated "
