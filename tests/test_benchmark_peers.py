@@ -1,5 +1,6 @@
-"""benchmarks/peers.py and benchmarks/mscan.py: the side-by-side run writes its per-method records
-and resumes from them; the summary's ratios and target verdicts are computed from the records."""
+"""benchmarks/peers.py, mscan.py and sizing_choices.py: the side-by-side run writes its per-method
+records and resumes from them; the summary's ratios and target verdicts are computed from the
+records."""
 
 import json
 import os
@@ -190,3 +191,27 @@ def test_mscan_memory_child_measures_one_fit():
     # 315 × 20 features, a 10-dimensional guide, and the prediction's working-set budget
     from ssgp_ppl.model.predictive import PREDICT_BUDGET
     assert 0 < rec["estimate_mb"] - PREDICT_BUDGET / 2**20 < 50
+
+
+def test_sizing_choices_records_the_pilot_and_resumes(tmp_path):
+    """benchmarks/sizing_choices.py on pendulum: one record per m = "auto" entry with the chosen
+    m among the scored candidates, gathered into sizing.json; a second run reuses the records;
+    a budget no m fits is recorded as the one-line reason."""
+    cmd = [sys.executable, str(BENCH / "sizing_choices.py"), "--sets", "pendulum", "--budget", "40",
+           "--out", str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads((tmp_path / "sizing.json").read_text())
+    assert {x["entry"] for x in doc["records"]} == {"svbssgp_collapsed", "vssgp_collapsed"}
+    for rec in doc["records"]:
+        s = rec["sizing"]
+        assert s["budget"] == 40 and str(s["m"]) in s["scores"] and rec["n_train"] == 315
+        assert s["excluded"] and all(s["estimated_seconds"][k] > 40 for k in s["excluded"])
+    stamp = (tmp_path / "pendulum" / "vssgp_collapsed.json").stat().st_mtime_ns
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "pendulum ·" not in r.stderr
+    assert (tmp_path / "pendulum" / "vssgp_collapsed.json").stat().st_mtime_ns == stamp
+    r = subprocess.run([*cmd[:-4], "--budget", "0.001", "--out", str(tmp_path / "none")],
+                       capture_output=True, text=True, timeout=300)
+    rec = json.loads((tmp_path / "none" / "pendulum" / "vssgp_collapsed.json").read_text())
+    assert r.returncode == 0 and rec["error"].endswith("give a larger budget or m a number")
