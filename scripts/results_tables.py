@@ -7,6 +7,7 @@ hand); ``docs/gen_pages.py`` writes one page per entry of :data:`TABLES` at ever
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -249,8 +250,9 @@ def sizing_choices() -> str:
            "| set | n train | d | entry | m | " + " | ".join(f"m = {m}" for m in ladder)
            + " | pilot s |", "| --- " * (6 + len(ladder)) + "|"]
     for r in doc["records"]:
-        if "sizing" not in r:  # the error without its file path: why no m was chosen
-            why = r.get("error", "").split("'auto': ", 1)[-1].split("; give", 1)[0]
+        if "sizing" not in r:  # why no m was chosen, short: the smallest m's estimate
+            est = re.search(r"estimated ([0-9.e+]+) s", r.get("error", ""))
+            why = f"none fits ({est.group(1)} s at m = {ladder[0]})" if est else r.get("error", "")
             out.append(f"| {r['set']} | {r['n_train']} | {r['d']} | `{r['entry']}` | – | "
                        + " | ".join("–" for _ in ladder) + f" | {why} |")
             continue
@@ -563,9 +565,7 @@ TABLES = {
     "sizing": ("m = \"auto\" on the peers sets",
                "`python benchmarks/sizing_choices.py` (`reports/sizing/sizing.json`): the m that "
                "[Sizing m to the data](../guide/sizing.md) chooses on split 0 of every set of the "
-               "peers benchmark, for each built-in entry that uses it, without fitting. The "
-               "estimate counts every step of the entry's step budget, so the sets whose every "
-               "step sees tens of thousands of rows get a small m at the default budget.",
+               "peers benchmark, for each built-in entry that uses it, without fitting.",
                sizing_choices),
     "m-scan": ("More features: the variational entries as m grows",
                "`python benchmarks/mscan.py` (`reports/mscan/mscan.json`): test NMSE (MNLP) of "
