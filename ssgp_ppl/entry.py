@@ -216,7 +216,7 @@ class CatalogEntry:
         filled in.
     sizing
         How ``m = "auto"`` was resolved for the data it is fitted on
-        (:class:`~ssgp_ppl.inference.fitinfo.Sizing`); None for an entry whose m was given.
+        (`ssgp_ppl.inference.fitinfo.Sizing`); None for an entry whose m was given.
     """
 
     name: str

@@ -164,7 +164,9 @@ def test_docs_site_builds_strict_with_every_notebook_executed(tmp_path):
     peers = json.loads((ROOT / "reports" / "peers" / "peers.json").read_text())
     page = (site / "results" / "peers" / "index.html").read_text()
     for name, summ in peers["summary"].items():
-        assert f"| {name} |" not in page and f"{summ['nmse']:.4g} ({summ['nmse_ratio']:.2f}×)" in page
+        se = f" ± {summ['nmse_se']:.2g}" if summ.get("seeds", 1) > 1 else ""  # over the seeds
+        assert f"| {name} |" not in page
+        assert f"{summ['nmse']:.4g}{se} ({summ['nmse_ratio']:.2f}×)" in page, name
     assert (site / "results" / "peers-nmse-time.png").stat().st_size > 10_000
     # every archived comparison listed shows the verdict of the reference it was read against
     from ssgp_ppl.report import REPORT_FORMAT

@@ -131,10 +131,11 @@ def test_an_archived_posterior_loads_and_predicts_its_reports_numbers():
     data = datasets.load(comparison["dataset"], split=comparison["split"])
     again = evaluate(post.replace(test=None, metrics=None, datatree=None), data,
                      seed=comparison["seed"])
-    np.testing.assert_allclose(again.mean, post.mean, rtol=1e-6)
+    # float32 prediction on another processor: 9.3e-6 relative measured on one machine of this class
+    np.testing.assert_allclose(again.mean, post.mean, rtol=5e-5)
     record = metrics_record(again, data)
     for k in ("rmse", "nmse", "mnlp", "crps", "coverage_50", "coverage_90", "nll"):
-        assert record[k] == pytest.approx(rec[k], rel=1e-6), k
+        assert record[k] == pytest.approx(rec[k], rel=5e-5), k
     for k in ("steps", "converged", "improvement_per_1k", "improvement_se", "stop"):
         assert record[k] == rec[k], k
 
