@@ -152,13 +152,14 @@ def run_peer(name: str, ds, *, large: bool, quick: bool, seed: int) -> dict:
 
 def full_batch_cost(entry, n: int, d: int) -> tuple[float, str] | None:
     """The cost of an entry that sees every row at every step and the ``COST_FORMULA`` it follows
-    (None for the partition-sampled ones, whose steps do not grow with n, and for m = "auto",
-    sized within its time budget). NCVMP runs at most ``max_iter`` + ``restarts`` ×
+    (None for the partition-sampled and minibatch ones, whose steps do not grow with n, and for
+    m = "auto", sized within its time budget). NCVMP runs at most ``max_iter`` + ``restarts`` ×
     ``restart_iters`` iterations."""
     cfg = entry.config
-    if cfg.get("partitions", {}).get("per_step", 0) > 0 or sizing.is_auto(entry):
-        return None
     method = cfg["inference"]["methods"][0]
+    if cfg["partitions"]["per_step"] > 0 or sizing.rows_per_step(entry, n, method) < n \
+            or sizing.is_auto(entry):
+        return None
     mc, m = cfg["inference"][method], cfg["model"]["m"]
     if method == "ncvmp":
         iters = mc["max_iter"] + mc["restarts"] * mc["restart_iters"]

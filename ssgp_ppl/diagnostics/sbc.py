@@ -375,7 +375,7 @@ class _SVIProgram:
         self.x = x = jnp.asarray(des.x)
         batching = setup.batching
         draw, self.aux = batch_sampler(n, batching.batch_size, batching.partitions,
-                                       batching.per_step)
+                                       batching.per_step, distinct=batching.distinct)
         self.kernel = kernel = svi_kernel(model, guide, self.schedule, draw=draw,
                                           loss=setup.loss)
         # one compiled init (NumPyro's eager init dispatches op by op: ten seconds on two cores)

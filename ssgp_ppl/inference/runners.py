@@ -33,6 +33,8 @@ from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.runtime import checkpoint as ckpt_io
 from ssgp_ppl.runtime import sharding, signals
 
+WINDOW_ORDER_SEED = 0  # the fixed row order whose windows are the distinct-row batches
+
 
 class SVIResult(NamedTuple):
     """Outcome of :func:`run_svi`: constrained params, the loss of every step, timing, and the stop
@@ -54,12 +56,16 @@ class SVIResult(NamedTuple):
 
 
 def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_step: int = 1,
-                  mesh=None):
+                  mesh=None, distinct: bool = False):
     """``(draw, aux)``: a pure ``draw(key, x, y, aux) -> (x_b, y_b, model_kwargs)`` for one SVI
     step and the arrays ``aux`` it reads (passed to the jitted loop as arguments).
 
     * neither: the full data every step;
-    * ``batch_size``: rows drawn uniformly with replacement, likelihood scaled by n / batch;
+    * ``batch_size``: rows drawn uniformly with replacement, likelihood scaled by n / batch; with
+      ``distinct``, ``batch_size`` different rows: a window at a uniform offset into a fixed random
+      order of the rows (each row in a batch with probability batch / n), as a likelihood that
+      does not factorise over rows needs (:class:`~ssgp_ppl.model.ssgp.SSGPMarginal`: a row twice
+      would count as two noisy copies);
     * ``partitions`` (:class:`~ssgp_ppl.inference.partitions.Partitions`): ``per_step`` = a of the p
       padded blocks drawn uniformly, masked, likelihood scaled by p / a (Hoang et al. 2017, §4.1
       eq. 7; extended version, App. G). O(a · block size) per step, independent of n.
@@ -92,6 +98,17 @@ def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_st
         if mesh is not None and batch_size % mesh.size:
             mesh = None  # rows cannot split evenly: every device computes the whole batch
 
+        if distinct:
+            order = np.random.default_rng(WINDOW_ORDER_SEED).permutation(n)
+
+            def draw(key, x, y, aux):
+                start = jax.random.randint(key, (), 0, n)
+                idx = sharding.split_rows(aux[0][(start + jnp.arange(batch_size)) % n], mesh)
+                return (sharding.split_rows(x[idx], mesh), sharding.split_rows(y[idx], mesh),
+                        {"n_total": n})
+
+            return draw, (jnp.asarray(order),)
+
         def draw(key, x, y, aux):
             idx = sharding.split_rows(jax.random.randint(key, (batch_size,), 0, n), mesh)
             return sharding.split_rows(x[idx], mesh), sharding.split_rows(y[idx], mesh), {"n_total": n}
@@ -120,12 +137,13 @@ class Schedule(NamedTuple):
 
 
 class Batching(NamedTuple):
-    """Which rows a step sees (:func:`batch_sampler`): all, ``batch_size`` uniform rows, or
-    ``per_step`` of the ``partitions``."""
+    """Which rows a step sees (:func:`batch_sampler`): all, ``batch_size`` uniform rows (different
+    rows with ``distinct``), or ``per_step`` of the ``partitions``."""
 
     batch_size: int | None = None
     partitions: object | None = None  # ssgp_ppl.inference.partitions.Partitions
     per_step: int = 1
+    distinct: bool = False  # a batch of different rows (a likelihood that does not factorise)
 
 
 def optimizer(lr: float, lr_halflife: float = 0.0) -> numpyro.optim.ClippedAdam:
@@ -308,16 +326,17 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
     """
     if schedule.steps < 1:
         raise SSGPError(f"steps must be >= 1, got {schedule.steps}")
-    bs, partitions, per_step = batching or Batching()
+    bs, partitions, per_step, distinct = batching or Batching()
     rows_drawn = partitions is not None or (bs is not None and bs < np.shape(x)[0])
     if devices is None:
         several = jax.process_count() > 1 or (rows_drawn and jax.default_backend() != "cpu")
         devices = len(jax.devices()) if several else 1
     mesh = sharding.row_mesh(devices)
     x, y = jnp.asarray(x), jnp.asarray(y)
-    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step, mesh)
+    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step, mesh, distinct)
     # init on this process's arrays (no mesh: under jax.distributed the mesh spans processes)
-    draw0, aux0 = (draw, aux) if mesh is None else batch_sampler(x.shape[0], bs, partitions, per_step)
+    draw0, aux0 = (draw, aux) if mesh is None else batch_sampler(x.shape[0], bs, partitions, per_step,
+                                                                   distinct=distinct)
     kernel = svi_kernel(model, guide, schedule, draw=draw, loss=loss, init_draw=draw0)
     state = kernel.init(jax.random.PRNGKey(seed), x, y, aux0, init_params=init_params)
     saved = None
@@ -350,9 +369,9 @@ def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedu
     Single process, no checkpoint (use :func:`run_svi` path by path for those)."""
     if schedule.steps < 1:
         raise SSGPError(f"steps must be >= 1, got {schedule.steps}")
-    bs, partitions, per_step = batching or Batching()
+    bs, partitions, per_step, distinct = batching or Batching()
     x, y = jnp.asarray(x), jnp.asarray(y)
-    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step)
+    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step, distinct=distinct)
     kernels = [svi_kernel(model, guide, schedule, draw=draw, loss=loss) for model, guide in pairs]
     states = [k.init(jax.random.PRNGKey(seed), x, y, aux)
               for k, seed in zip(kernels, seeds, strict=True)]

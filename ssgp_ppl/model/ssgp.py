@@ -254,7 +254,11 @@ def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mas
         parameterisation, likelihood and each hyperparameter's role.
     n_total
         The training-set size when ``x`` is a minibatch: the batch likelihood is scaled by
-        n_total / b.
+        n_total / b. With s integrated out the likelihood does not factorise over rows: the
+        batch's marginal likelihood scaled by n_total / b (the minibatch marginal likelihood of
+        Chen et al. 2020) is then a consistent but biased stand-in for log p(y), its complexity
+        term (½ log det of the 2m × 2m matrix, which grows like m log b) weighted n_total / b
+        times; the batch must hold different rows (``Batching(distinct=True)``).
     obs_mask
         (b,) bool: the rows that count (padded partition blocks).
     obs_scale
@@ -278,9 +282,10 @@ def ssgp_model(x, y=None, *, spec: SSGPSpec, n_total: int | None = None, obs_mas
         if not lik.conjugate:
             raise SSGPError(f"s can be integrated out only under a conjugate (Gaussian) likelihood, "
                             f"not {lik.name}")
-        if (n_total is not None and n_total != b) or obs_mask is not None or obs_scale is not None:
-            raise SSGPError("the marginalized-nuisance likelihood does not factorise: no minibatches")
-        numpyro.sample("y", SSGPMarginal(phi, signal, noise), obs=y)
+        if obs_mask is not None or obs_scale is not None:
+            raise SSGPError("the marginalized-nuisance likelihood does not factorise: no partitions")
+        with numpyro.handlers.scale(scale=1.0 if n_total is None else n_total / b):
+            numpyro.sample("y", SSGPMarginal(phi, signal, noise), obs=y)
         return
     prior_scale = signal / math.sqrt(spec.m)
     s = numpyro.sample("nuisance", dist.Normal(0.0, prior_scale).expand([2 * spec.m]).to_event(1))

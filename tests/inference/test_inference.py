@@ -3,6 +3,8 @@ estimates, for every guide family of the catalog (auto, joint affine, mean field
 SVI's stop rule on synthetic loss traces, on a conjugate problem (ELBO optimum = log Z) and on a
 fit still improving at its step budget."""
 
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -348,3 +350,49 @@ def test_runs_on_their_own_data_are_each_its_own_fit_and_a_nan_stops_one_alone()
     with pytest.raises(SSGPError, match="on_nan must be one of raise, stop"):
         drive_svi(None, None, schedule, 1, paths=0, params=None, progress=False, desc="",
                   on_nan="skip")
+
+
+def test_distinct_batches_hold_different_rows_each_row_as_often():
+    """``distinct`` batches (the collapsed model's): b different rows every step, each row in a
+    batch with probability b/n (Monte Carlo over 4,000 steps, within 5 standard errors), and the
+    likelihood scaled by n/b."""
+    import jax.numpy as jnp
+
+    from ssgp_ppl.inference.runners import batch_sampler
+
+    n, b, draws = 53, 20, 4000
+    x, y = jnp.arange(n, dtype=jnp.float32)[:, None], jnp.arange(n, dtype=jnp.float32)
+    draw, aux = batch_sampler(n, b, distinct=True)
+    keys = jax.random.split(jax.random.PRNGKey(0), draws)
+    xb, yb, kw = jax.vmap(lambda k: draw(k, x, y, aux))(keys)
+    rows = np.asarray(yb).astype(int)
+    assert rows.shape == (draws, b)
+    assert all(len(set(r)) == b for r in rows)
+    np.testing.assert_array_equal(np.asarray(xb)[..., 0], np.asarray(yb))
+    share = np.bincount(rows.ravel(), minlength=n) / draws
+    se = math.sqrt((b / n) * (1 - b / n) / draws)
+    assert np.max(np.abs(share - b / n)) < 5 * se, (share, b / n)
+    assert int(np.asarray(kw["n_total"])[0]) == n
+    # with replacement (factorising likelihoods), some step draws a row twice
+    draw, aux = batch_sampler(n, b)
+    _, yb, _ = jax.vmap(lambda k: draw(k, x, y, aux))(keys[:50])
+    assert any(len(set(r)) < b for r in np.asarray(yb).astype(int))
+
+
+def test_collapsed_entry_on_minibatches_predicts_as_on_all_rows(pendulum):
+    """vssgp_collapsed at m = 10 on pendulum's 315 rows: steps over 150 different rows (the batch
+    marginal likelihood × n/b) reach the test NMSE of steps over all rows within 15%, and their
+    last 500 losses average within 5% of the full-data loss (unscaled, the batch loss would be
+    about half of it)."""
+    from ssgp_ppl.pipeline import fit
+
+    base = ["m=10", "svi.steps=3000", "svi.min_steps=3000"]
+    entry = load_entry("vssgp_collapsed")
+    full = fit(entry.with_overrides(base), pendulum, "svi", progress=False, seed=0)
+    batch = fit(entry.with_overrides(base + ["svi.batch_size=150"]), pendulum, "svi",
+                progress=False, seed=0)
+    assert batch.info.steps == full.info.steps == 3000
+    nmse_full, nmse_batch = float(full.metrics["nmse"]), float(batch.metrics["nmse"])
+    assert nmse_batch == pytest.approx(nmse_full, rel=0.15), (nmse_batch, nmse_full)
+    tail_full, tail_batch = np.mean(full.losses[-500:]), np.mean(batch.losses[-500:])
+    assert tail_batch == pytest.approx(tail_full, rel=0.05), (tail_batch, tail_full)

@@ -462,11 +462,27 @@ def test_model_rejects_wrong_input_width(pendulum):
         _trace(spec, x, y)
 
 
-def test_marginalized_model_rejects_minibatches(pendulum):
+def test_marginalized_model_on_a_minibatch_is_the_batch_marginal_scaled_by_n_over_b(x64, pendulum):
+    """s integrated out: a batch of b different rows adds (n/b) log N(y_B | 0, σ_s²/m Φ_BΦ_Bᵀ +
+    σ_n² I) (the minibatch marginal likelihood), against the dense float64 density."""
+    x, y = jnp.asarray(pendulum.x_train), jnp.asarray(pendulum.y_train)
+    spec = _spec("free-prior", "marginalized", "fixed", m=5)
+    freq = _freq(5, 9, lam=1.0 / HYPER_VALUES["lengthscales"], seed=2)
+    latents = {"frequencies": jnp.asarray(freq)}
+    n_total, idx = x.shape[0], np.array([3, 17, 40, 101, 200, 314])
+    xb, yb = x[idx], y[idx]
+    scaled = _log_joint(spec, xb, yb, latents, n_total)
+    plain = _log_joint(spec, xb, yb, latents)
+    cov = _ssgp_cov(_phi(xb, freq), HYPER_VALUES["signal"], HYPER_VALUES["noise"])
+    batch_ll = stats.multivariate_normal.logpdf(np.asarray(yb), np.zeros(len(idx)), cov)
+    assert float(scaled - plain) == pytest.approx((n_total / len(idx) - 1.0) * batch_ll, rel=1e-10)
+
+
+def test_marginalized_model_rejects_partition_masks(pendulum):
     x, y = jnp.asarray(pendulum.x_train[:N_ROWS]), jnp.asarray(pendulum.y_train[:N_ROWS])
     spec = _spec("scaled", "marginalized", "learned")
-    with pytest.raises(SSGPError, match="no minibatches"):
-        _trace(spec, x, y, n_total=315)
+    with pytest.raises(SSGPError, match="no partitions"):
+        _trace(spec, x, y, obs_mask=jnp.ones(N_ROWS, bool), obs_scale=2.0)
 
 
 def test_numpyro_factor_works_when_arviz_base_was_imported_before_numpyro():

@@ -45,7 +45,9 @@ class SVISettings(Settings):
     lr: float = setting((int, float), 0.01, "Adam step size", low=0, open_low=True)
     lr_halflife: float = setting((int, float), 0.0, "halve the step size every this many steps "
                                  "(0: constant)", low=0)
-    batch_size: int = setting(int, 0, "minibatch rows per step; 0 = all", low=0)
+    batch_size: int = setting(int, 0, "minibatch rows per step (different rows, the batch's "
+                              "marginal likelihood × n/b, where s is integrated out); 0 = all",
+                              low=0)
     num_particles: int = setting(int, 1, "ELBO Monte Carlo particles per step", low=1)
     chunk: int = setting(int, 250, "steps per jitted scan", low=1)
     tol: float = setting((int, float), TOL_PER_POINT, "stop when the loss improves by "
@@ -220,7 +222,8 @@ class SVIMethod(Method):
                                    gradient=s.gradient, samples=s.mc_samples, guide=guide)
         per = entry.config["partitions"]["per_step"]
         per_step = min(per, partitions.count) if per else 0
-        batching = Batching(s.batch_size or None, partitions if per_step else None, max(per_step, 1))
+        batching = Batching(s.batch_size or None, partitions if per_step else None, max(per_step, 1),
+                            distinct=spec.nuisance == "marginalized")
         loss = objective or Trace_ELBO(num_particles=s.num_particles)
         return SVISetup(s, spec, model, guide, loss, batching, partitions)
 
