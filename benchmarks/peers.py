@@ -264,6 +264,9 @@ def over_seeds(records: list[dict]) -> list[dict]:
         if m["kind"] == "ours" and ms:  # the m each seed's fit used (sized to its split: "auto")
             m["m_by_seed"] = ms
             m["m_sized"] = all("sizing" in r for r in rows)
+        stops = [r.get("settings", {}).get("converged") for r in rows]
+        if m["kind"] == "ours" and None not in stops:  # seeds whose fit its stop rule declared done
+            m["converged_seeds"] = sum(bool(c) for c in stops)
         out.append(m)
     return out
 

@@ -174,23 +174,28 @@ def peers() -> str:
                        f"{s['fit_seconds'] + s['predict_seconds']:.1f} |")
     out += _peers_gpu()
     out += ["", f"![Test NMSE against fit time]({PEERS_FIGURE})", "",
-            "| set | n train | method | m | NMSE | MNLP | 90% coverage | fit s | predict s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "Converged: of the seeds' fits, how many its stop rule declared done (the rest ended at "
+            "their step budget; – where the record predates the count or the method has no stop "
+            "rule).", "",
+            "| set | n train | method | m | NMSE | MNLP | 90% coverage | fit s | predict s | "
+            "converged |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in doc.get("by_method") or doc["records"]:
         name = f"`{r['method']}`" if r["kind"] == "ours" else r["method"]
         if "nmse" not in r:
             why = r.get("skipped") or r.get("error", "")
-            out.append(f"| {r['set']} | {r['n_train']} | {name} | – | – | – | – | – | – ({why}) |")
+            out.append(f"| {r['set']} | {r['n_train']} | {name} | – | – | – | – | – | – ({why}) | – |")
             continue
         sub = f" ({r['training_rows_used']} rows)" if r.get("training_rows_used") else ""
         k = r.get("seeds", 1)
         pm = (lambda key, f, r=r: f"{r[key]:{f}} ± {r[key + '_se']:{f}}") if k > 1 else \
             (lambda key, f, r=r: f"{r[key]:{f}}")
         seeds = f" ({k} seeds)" if k > 1 else ""
+        conv = f"{r['converged_seeds']}/{k}" if "converged_seeds" in r else "–"
         out.append(f"| {r['set']} | {r['n_train']} | {name}{sub}{seeds} | "
                    f"{_m_text(r.get('m_by_seed'), r.get('m_sized'))} | {pm('nmse', '.4g')} | "
                    f"{pm('mnlp', '.3f')} | {r['coverage_90']:.3f} | {pm('fit_seconds', '.1f')} | "
-                   f"{r['predict_seconds']:.2f} |")
+                   f"{r['predict_seconds']:.2f} | {conv} |")
     return "\n".join(out)
 
 

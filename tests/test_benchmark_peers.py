@@ -61,7 +61,7 @@ def test_several_seeds_compare_means_and_decide_by_the_standard_errors():
     """Three seeds a method: the summary compares the means, gives their standard errors, and
     decides each target by them: an NMSE ratio of 1.00 ± 0.02 is "within se", an MNLP 0.11 above
     the best peer's by ± 0.006 is "missed", a time ratio of 0.1 "met"; the per-method table rows
-    hold the means over the seeds."""
+    hold the means over the seeds and count the fits their stop rule declared done."""
     out = _python("""
         import json, peers
         def rec(method, kind, seed, nmse, mnlp, fit):
@@ -72,6 +72,8 @@ def test_several_seeds_compare_means_and_decide_by_the_standard_errors():
         recs += [rec("sklearn_exact", "peer", k, 0.25, 1.40, 2.0) for k in range(3)]
         recs += [rec("vssgp_collapsed", "ours", k, v, m, 1.0)
                  for k, (v, m) in enumerate([(0.24, 1.50), (0.26, 1.52), (0.25, 1.51)])]
+        for r, done in zip(recs[-3:], (True, False, True)):
+            r["settings"] = {"m": 50, "converged": done}
         print(json.dumps([peers.summarise(recs), peers.over_seeds(recs)]))
     """)
     summary, by_method = json.loads(out)
@@ -83,6 +85,8 @@ def test_several_seeds_compare_means_and_decide_by_the_standard_errors():
     assert s["decided"] == {"nmse": "within se", "mnlp": "missed", "time": "met"}
     ours = next(r for r in by_method if r["method"] == "vssgp_collapsed")
     assert ours["seeds"] == 3 and abs(ours["mnlp"] - 1.51) < 1e-12 and ours["seed"] == 0
+    assert ours["converged_seeds"] == 2  # one seed's fit ended at its step budget
+    assert all("converged_seeds" not in r for r in by_method if r["kind"] == "peer")
 
 
 def test_summary_names_a_fast_entry_that_meets_all_three_when_the_best_is_slow():
