@@ -33,8 +33,6 @@ from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.runtime import checkpoint as ckpt_io
 from ssgp_ppl.runtime import sharding, signals
 
-WINDOW_ORDER_SEED = 0  # the fixed row order whose windows are the distinct-row batches
-
 
 class SVIResult(NamedTuple):
     """Outcome of :func:`run_svi`: constrained params, the loss of every step, timing, and the stop
@@ -56,14 +54,15 @@ class SVIResult(NamedTuple):
 
 
 def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_step: int = 1,
-                  mesh=None, distinct: bool = False):
+                  mesh=None, distinct: bool = False, seed: int = 0):
     """``(draw, aux)``: a pure ``draw(key, x, y, aux) -> (x_b, y_b, model_kwargs)`` for one SVI
     step and the arrays ``aux`` it reads (passed to the jitted loop as arguments).
 
     * neither: the full data every step;
     * ``batch_size``: rows drawn uniformly with replacement, likelihood scaled by n / batch; with
-      ``distinct``, ``batch_size`` different rows: a window at a uniform offset into a fixed random
-      order of the rows (each row in a batch with probability batch / n), as a likelihood that
+      ``distinct``, ``batch_size`` different rows: a window at a uniform offset into a random
+      order of the rows drawn from ``seed`` (each row in a batch with probability batch / n; O(b)
+      a step where a fresh permutation would be O(n log n)), as a likelihood that
       does not factorise over rows needs (:class:`~ssgp_ppl.model.ssgp.SSGPMarginal`: a row twice
       would count as two noisy copies);
     * ``partitions`` (:class:`~ssgp_ppl.inference.partitions.Partitions`): ``per_step`` = a of the p
@@ -99,7 +98,7 @@ def batch_sampler(n: int, batch_size: int | None = None, partitions=None, per_st
             mesh = None  # rows cannot split evenly: every device computes the whole batch
 
         if distinct:
-            order = np.random.default_rng(WINDOW_ORDER_SEED).permutation(n)
+            order = np.random.default_rng(seed).permutation(n)
 
             def draw(key, x, y, aux):
                 start = jax.random.randint(key, (), 0, n)
@@ -333,10 +332,10 @@ def run_svi(model: Callable, guide: Callable, x, y, schedule: Schedule, *, loss=
         devices = len(jax.devices()) if several else 1
     mesh = sharding.row_mesh(devices)
     x, y = jnp.asarray(x), jnp.asarray(y)
-    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step, mesh, distinct)
+    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step, mesh, distinct, seed)
     # init on this process's arrays (no mesh: under jax.distributed the mesh spans processes)
     draw0, aux0 = (draw, aux) if mesh is None else batch_sampler(x.shape[0], bs, partitions, per_step,
-                                                                   distinct=distinct)
+                                                                   distinct=distinct, seed=seed)
     kernel = svi_kernel(model, guide, schedule, draw=draw, loss=loss, init_draw=draw0)
     state = kernel.init(jax.random.PRNGKey(seed), x, y, aux0, init_params=init_params)
     saved = None
@@ -371,7 +370,8 @@ def run_svi_paths(pairs: list[tuple[Callable, Callable]], x, y, schedule: Schedu
         raise SSGPError(f"steps must be >= 1, got {schedule.steps}")
     bs, partitions, per_step, distinct = batching or Batching()
     x, y = jnp.asarray(x), jnp.asarray(y)
-    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step, distinct=distinct)
+    draw, aux = batch_sampler(x.shape[0], bs, partitions, per_step, distinct=distinct,
+                              seed=seeds[0])  # the paths share aux: one row order
     kernels = [svi_kernel(model, guide, schedule, draw=draw, loss=loss) for model, guide in pairs]
     states = [k.init(jax.random.PRNGKey(seed), x, y, aux)
               for k, seed in zip(kernels, seeds, strict=True)]

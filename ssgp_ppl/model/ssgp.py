@@ -9,7 +9,9 @@
   (half-Cauchy as Tan et al. 2016, half-normal, log-normal, or normal for λ).
 
 The observation plate takes minibatches: pass ``n_total`` (training-set size) and the likelihood of a
-batch of b rows is scaled by n_total / b, so the ELBO estimate is unbiased.
+batch of b rows is scaled by n_total / b, so the ELBO estimate is unbiased where s is sampled (the
+likelihood factorises over rows); with s integrated out it is the minibatch marginal likelihood,
+consistent but biased (Chen et al. 2020; :func:`ssgp_model`).
 """
 
 from __future__ import annotations
