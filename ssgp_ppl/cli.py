@@ -58,7 +58,13 @@ def _seconds(text: str) -> float:
 
 def _sized(args, entry, data):
     """``entry`` with ``m = "auto"`` sized to ``data`` within ``--budget`` seconds, the choice
-    printed on stderr (:func:`ssgp_ppl.inference.sizing.resolve`)."""
+    printed on stderr (:func:`ssgp_ppl.inference.sizing.resolve`); a resumed run keeps the m its
+    run.json records (sized when it began, perhaps on another machine)."""
+    if getattr(args, "sizing", None) is not None and sizing.is_auto(entry):
+        kept = sizing.apply(entry, args.sizing)
+        print(f"ssgp-ppl: {entry.name}: m = {kept.sizing.m} as sized when the run began",
+              file=sys.stderr)
+        return kept
     method = getattr(args, "method", None)  # compare: the entry's own method, its steps set
     sized = sizing.resolve(entry, data, budget=args.budget, seed=args.seed, method=method,
                            steps=args.steps if args.command == "fit" else None)
@@ -114,8 +120,17 @@ def _resume_args(args, defaults) -> None:
                 raise TypeError(f"{k!r} is {value!r}")
             setattr(args, k, value)
         catalogs = saved.get("catalog", [])
+        if not isinstance(saved.get("sizing", {}), dict):
+            raise TypeError(f"'sizing' is {saved['sizing']!r}")
     except (ValueError, KeyError, TypeError) as e:
         raise SSGPError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
+    if "sizing" in saved:  # m = "auto" as chosen when the run began
+        from ssgp_ppl.inference.fitinfo import Sizing
+
+        try:
+            args.sizing = Sizing.from_json(saved["sizing"])
+        except SSGPError as e:
+            raise SSGPError(f"{path} is corrupt ({e})") from None
     from ssgp_ppl.entry import add_catalog
 
     for d in catalogs:  # the user catalogs the run's entry came from
@@ -147,9 +162,10 @@ def _run_value_ok(key: str, value) -> bool:
     return value is None or isinstance(value, str)
 
 
-def _run_record(args, keys=RUN_ARGS) -> dict:
+def _run_record(args, keys=RUN_ARGS, entry=None) -> dict:
     """run.json: the run's arguments ``keys``, with files and directories as absolute paths (so
-    that ``--resume`` works from any directory) and the user catalogs in use."""
+    that ``--resume`` works from any directory), the user catalogs in use and, where ``entry``'s m
+    was sized to the data, its sizing (``--resume`` keeps that m)."""
     rec = {k: getattr(args, k) for k in keys}
     for k in ("model", "data", "test"):
         p = Path(str(rec[k])).expanduser()
@@ -160,6 +176,8 @@ def _run_record(args, keys=RUN_ARGS) -> dict:
     from ssgp_ppl.entry import catalog_dirs
 
     rec["catalog"] = [str(d) for d in catalog_dirs()[1:]]
+    if entry is not None and entry.sizing is not None:
+        rec["sizing"] = entry.sizing.to_json()
     return rec
 
 
@@ -500,7 +518,7 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
     method = m.name
     out.mkdir(parents=True, exist_ok=True)
     if not args.resume and writer:
-        write_json(out / "run.json", _run_record(args))
+        write_json(out / "run.json", _run_record(args, entry=entry))
     checkpoint = None
     if m.checkpoints:  # with --checkpoint-every 0: saved only at the end or on Ctrl-C
         resume = bool(args.resume) and bool(rundir.checkpoints(out))
@@ -636,7 +654,8 @@ def cmd_compare(args) -> int:
             records = compare(entry, data, out, seed=args.seed, progress=not args.no_progress,
                               fresh_reference=args.fresh_reference, overwrite=args.overwrite,
                               resume=bool(args.resume),
-                              run_record=_run_record(args, COMPARE_ARGS) | {"command": "compare"})
+                              run_record=_run_record(args, COMPARE_ARGS, entry) |
+                              {"command": "compare"})
             if getattr(args, "sbc", None):
                 sbc_result = _compare_sbc(args, data, out)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: 128 + the signal, as fit

@@ -193,9 +193,10 @@ def test_budget_must_be_a_positive_number_of_seconds(budget, capsys):
     assert "number of seconds" in capsys.readouterr().err
 
 
-def test_fit_sizes_m_auto_prints_and_records_the_choice(tmp_path, capsys):
-    """``--set m=auto``: the choice is one stderr line, and metrics.json and the DataTree carry
-    it (the m chosen within the budget, the pilot's scores of the affordable m)."""
+def test_fit_sizes_m_auto_prints_and_records_the_choice(tmp_path, capsys, monkeypatch):
+    """``--set m=auto``: the choice is one stderr line, and metrics.json, run.json and the DataTree
+    carry it (the m chosen within the budget, the pilot's scores of the affordable m); --resume
+    keeps that m without sizing again."""
     out = tmp_path / "run"
     assert main(["fit", "ssgp_fixed", "--data", "pendulum", "--set", "m=auto", "--set",
                  "ml.steps=300", "--budget", "1", "--out", str(out), "--no-progress"]) == 0
@@ -211,6 +212,18 @@ def test_fit_sizes_m_auto_prints_and_records_the_choice(tmp_path, capsys):
     assert all(v < best - 0.01 for k, v in sized["scores"].items() if int(k) < rec["m"])
     dt = xr.open_datatree(out / "posterior.nc", engine="h5netcdf")
     assert dt.attrs["m"] == rec["m"] and json.loads(dt.attrs["sizing_record"]) == sized
+    # --resume keeps the recorded m: no pilot runs again (here it would fail)
+    assert json.loads((out / "run.json").read_text())["sizing"] == sized
+    from ssgp_ppl.inference import sizing
+
+    def no_pilot(*a, **k):
+        raise AssertionError("the pilot ran again on --resume")
+
+    monkeypatch.setattr(sizing, "pilot_scores", no_pilot)
+    assert main(["fit", "--resume", str(out), "--no-progress"]) == 0
+    assert f"ssgp-ppl: ssgp_fixed: m = {rec['m']} as sized when the run began" in \
+        capsys.readouterr().err
+    assert json.loads((out / "metrics.json").read_text())["m"] == rec["m"]
     assert main(["fit", "tan_va", "--data", "pendulum", "--set", "m=auto", "--out",
                  str(tmp_path / "tan"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()

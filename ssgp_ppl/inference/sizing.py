@@ -225,11 +225,12 @@ def resolve(entry, data, *, budget: float | None = None, seed: int = 0, steps: i
     for m in LADDER:
         seconds = fit_seconds(entry, n, m, steps=steps, method=method)
         estimated[m] = round(seconds, 1)
-        sized = entry.with_settings([("m", m)])
-        need = resources.estimate(sized, n, d, data.n_test, method).bytes
         if seconds > budget:
             excluded[m] = f"estimated {seconds:.3g} s > budget {budget:g} s"
-        elif need > 0.8 * resources.memory_bytes():
+            continue
+        need = resources.estimate(entry.with_settings([("m", m)]), n, d, data.n_test,
+                                  method).bytes
+        if need > 0.8 * resources.memory_bytes():
             excluded[m] = f"needs {need / 2**30:.3g} GiB of memory"
         else:
             affordable.append(m)
@@ -248,8 +249,14 @@ def resolve(entry, data, *, budget: float | None = None, seed: int = 0, steps: i
                     pilot_seconds=round(time.perf_counter() - t, 2))
     if progress:
         print(f"ssgp-ppl: {entry.name}: {sizing.text()}", file=sys.stderr)
-    return dataclasses.replace(entry.with_settings([("m", chosen)]), sizing=sizing)
+    return apply(entry, sizing)
 
 
-__all__ = ["DEFAULT_BUDGET", "LADDER", "Sizing", "fit_seconds", "is_auto", "pilot_loo",
+def apply(entry, sizing: Sizing):
+    """``entry`` with m = ``sizing.m`` and ``sizing`` as the record of how it was chosen (a run
+    resumed with the m it began with, not sized again)."""
+    return dataclasses.replace(entry.with_settings([("m", sizing.m)]), sizing=sizing)
+
+
+__all__ = ["DEFAULT_BUDGET", "LADDER", "Sizing", "apply", "fit_seconds", "is_auto", "pilot_loo",
            "pilot_objective", "pilot_scores", "resolve"]
