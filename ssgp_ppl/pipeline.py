@@ -44,7 +44,9 @@ def prerequisites(entry: CatalogEntry, data: Dataset, method: methods.Method, *,
                   progress: bool = True, partitions=None) -> Handoff:
     """What ``method`` needs from the entry's own method on ``data``: that method is run (not the
     whole pipeline) and its hand-over returned; with nothing needed, just ``partitions``."""
-    entry = sizing.resolve(entry, data, seed=seed)  # m = "auto": at the default budget
+    if sizing.is_auto(entry):  # sized where the entry meets its data, with the caller's budget
+        raise SSGPError(f"{entry.name}: m = 'auto' is sized to the data before its hand-over is "
+                        "fitted (ssgp_ppl.inference.sizing.resolve), or give m a number")
     own = methods.get(entry.methods[0])
     need = set(method.requires(entry))
     need |= {k for k in method.accepts if k in own.provides and own is not method}

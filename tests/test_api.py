@@ -176,6 +176,11 @@ def test_fit_takes_spectral_points(pendulum):
         ssgp_ppl.fit("ssgp_fixed", data="pendulum", spectral_points=np.zeros((3, 9)))
     with pytest.raises(SSGPError, match="not to local"):
         ssgp_ppl.fit("tan_local", data="pendulum", spectral_points=np.zeros((20, 9)))
+    # with m = "auto" the points given say m: no sizing, the same fit as the entry's own m
+    auto = ssgp_ppl.fit("ssgp_fixed", data="pendulum", settings={**ML, "m": "auto"},
+                        spectral_points=np.asarray(own))
+    assert auto.entry.sizing is None and auto.entry.config["model"]["m"] == own.shape[0]
+    assert auto.metrics == pytest.approx(base.metrics, rel=1e-6)
 
 
 def test_select_beta_on_a_named_data_set_is_the_selection_of_its_rows(pendulum):

@@ -221,6 +221,8 @@ def test_prerequisites_hand_over_type2_estimates_explicitly():
     post = fit(entry, data, "nuts", progress=False, inputs=doubled)
     for k in entry.learned_sites:  # the draws carry exactly the values handed in
         np.testing.assert_allclose(post.sites[k][0, 0], doubled.type2[k], rtol=1e-6)
+    with pytest.raises(SSGPError, match="m = 'auto' is sized to the data before"):
+        prerequisites(entry.with_overrides(["m=auto"]), data, nuts, progress=False)
 
 
 def test_unknown_method_is_one_error():
