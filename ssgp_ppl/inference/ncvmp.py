@@ -33,6 +33,9 @@ from ssgp_ppl.model import densities
 # --------------------------------------------------------------------------------- H(p, q, r)
 
 _GRID = 1024  # quadrature nodes per evaluation of log H (trapezoid in u = log x)
+# A cycle that changes the bound L by less than this many machine epsilons of |L| (relative) has
+# converged: that is the rounding noise of L (float32: 1.2e-5)
+ROUNDING_EPS = 100.0
 _Z_LOW, _Z_HIGH = -40.0, 14.0  # grid range in units of the mode's standard deviation
 
 
@@ -497,8 +500,7 @@ def _iterate(x, y, points, state, bound, prior, settings: NCVMPSettings, max_ite
         new, new_bound, a_used = _cycle(x, y, points, c.state, prior, c.a, settings)
         delta = new_bound - c.bound
         better = delta > 0
-        # a relative change below the rounding noise of L counts as converged (float32: ~1e-5)
-        floor = 100.0 * jnp.finfo(dt).eps
+        floor = ROUNDING_EPS * jnp.finfo(dt).eps
         small = jnp.abs(delta) <= jnp.maximum(settings.tol, floor) * jnp.abs(c.bound)
         t = c.t + 1
         state = jax.tree.map(lambda u, v: jnp.where(better, u, v), new, c.state)
