@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -244,14 +245,13 @@ def sizing_choices() -> str:
     names = sorted({r["entry"] for r in doc["records"]})
     budgets = ", ".join(f"{load_entry(n).config['inference'][load_entry(n).methods[0]]['steps']:,}"
                         f" for `{n}`" for n in names)
+    from ssgp_ppl.inference.sizing import PILOT_ROWS
+
     out = [f"Budget {doc['default_budget']:g} s (the default). Pilot score: the leave-one-out log "
-           "density per row of the fixed-frequency type-II SSGP at each m, on at most 1,000 "
-           "training rows; – where the budget (or memory) left that m out. The estimate counts "
-           f"every step of the entry's step budget ({budgets}) at its measured cost, so that "
-           "the fit can run to its stop "
-           "rule: where each step sees tens of thousands of rows only m = 10 fits 600 s "
-           "(`--budget 2500` gives `vssgp_collapsed` m = 50 on kin40k), and above them no m "
-           "does.", "",
+           "density per row of the fixed-frequency type-II SSGP at each m, on at most "
+           f"{PILOT_ROWS:,} training rows; – where the budget (or memory) left that m out. The "
+           f"estimate counts every step of the entry's step budget ({budgets}) at its estimated "
+           "cost, so that the fit can run to its stop rule.", "",
            "| set | n train | d | entry | m | " + " | ".join(f"m = {m}" for m in ladder)
            + " | pilot s |", "| --- " * (6 + len(ladder)) + "|"]
     for r in doc["records"]:
@@ -266,7 +266,34 @@ def sizing_choices() -> str:
                  f"{s['scores'][str(m)]:.3f}" if str(m) in s["scores"] else "–" for m in ladder]
         out.append(f"| {r['set']} | {r['n_train']} | {r['d']} | `{r['entry']}` | {s['m']} | "
                    + " | ".join(cells) + f" | {s['pilot_seconds']:.1f} |")
-    return "\n".join(out)
+    return "\n".join(out + step_cost_check())
+
+
+def step_cost_check() -> list[str]:
+    """The estimate per step against the steps the peers benchmark's auto-sized fits took
+    (their fit seconds less the pilot's, over their steps): how far the rule can be trusted."""
+    from ssgp_ppl.entry import load_entry
+    from ssgp_ppl.inference.sizing import fit_seconds
+
+    rows = []
+    for path in sorted((ROOT / "reports" / "peers").glob("*/*.json")):
+        r = json.loads(path.read_text())
+        st = r.get("settings", {})
+        if "sizing" not in r or not st.get("steps"):
+            continue
+        took = (r["fit_seconds"] - r["sizing"]["pilot_seconds"]) / st["steps"]
+        est = fit_seconds(load_entry(r["method"]), r["n_train"], st["m"], steps=1)
+        rows.append((took / est, r["set"], r["method"], st["m"], r["d"]))
+    if not rows:
+        return []
+    rows.sort()
+    ratios = [q[0] for q in rows]
+    top = "; ".join(f"{s} `{e}` m = {m} (d = {d}): {q:.2f}×" for q, s, e, m, d in rows[-3:][::-1])
+    return ["", f"The estimate against the steps measured: over the {len(rows)} auto-sized fits "
+            "of the peers benchmark, a step took "
+            f"{min(ratios):.2f}× to {max(ratios):.2f}× the estimated seconds (median "
+            f"{statistics.median(ratios):.2f}×), so the estimate is not an upper bound; the "
+            f"largest: {top}. Fits that shared the cores with other runs count too."]
 
 
 def mscan() -> str:

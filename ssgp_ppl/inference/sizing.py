@@ -41,10 +41,11 @@ PILOT_ROWS = 1000  # training rows the pilot fits and scores (a random subset ab
 PILOT_STEPS = 500  # Adam steps of each pilot fit
 PILOT_LR = 0.05
 TOLERANCE = 0.01  # nats per row: a smaller m this close to the best score is chosen
-# Seconds per step ≈ STEP_OVERHEAD + rows × (2m)² / RATE, an upper fit to the peers benchmark's
-# steps on one thread: 0.8-1.4 ms at m = 50 on about 300 rows, 16 ms on kin8nm's 7,373 and 86-88 ms
-# on kin40k's and protein's 36,000-41,000 rows (the collapsed entries: 4e9 terms a second; the
-# full-rank collapsed guide's steps up to 1.7× slower).
+# Seconds per step ≈ STEP_OVERHEAD + rows × (2m)² / RATE, fitted to the peers benchmark's steps
+# on one thread: 0.8-1.4 ms at m = 50 on about 300 rows, 16 ms on kin8nm's 7,373 and 86-88 ms on
+# kin40k's and protein's 36,000-41,000 rows (the collapsed entries: 4e9 terms a second). Not an
+# upper bound: the full-rank guide's steps, whose cost grows with (m d)², took up to 1.6× it
+# (the results page compares every auto-sized fit's steps with it).
 RATE = 3e9
 STEP_OVERHEAD = 1e-3
 AUTO_METHODS = ("svi", "ml")  # the methods whose cost the rule knows (steps × the step above)
@@ -72,7 +73,7 @@ def rows_per_step(entry, n: int, method: str | None = None) -> int:
 
 def fit_seconds(entry, n: int, m: int, *, steps: int | None = None,
                 method: str | None = None) -> float:
-    """An upper estimate of the fit's seconds at m by ``method`` (default: the entry's own):
+    """An estimate of the fit's seconds at m by ``method`` (default: the entry's own):
     every step of its budget (``steps``, default the entry's; × paths), each
     :data:`STEP_OVERHEAD` + rows per step × (2m)² / :data:`RATE`."""
     st = entry.config["inference"][method or entry.methods[0]]

@@ -81,6 +81,9 @@ def test_fit_seconds_counts_every_step_and_the_rows_a_step_sees():
     assert sizing.fit_seconds(entry, 300, 50) == pytest.approx(want)
     sampled = load_entry("svbssgp")  # partitions drawn per step: the rows do not grow with n
     assert sizing.rows_per_step(sampled, 2_000_000) < 0.01 * 2_000_000
+    batch = st["batch_size"]  # above its batch size a collapsed entry's step sees the batch
+    assert sizing.rows_per_step(entry, 50_000) == batch < 50_000
+    assert sizing.fit_seconds(entry, 50_000, 50) == sizing.fit_seconds(entry, batch, 50)
 
 
 def test_resolve_on_pendulum_picks_the_best_scored_affordable_m(pendulum):
@@ -186,9 +189,17 @@ def test_sbc_refuses_auto_before_anything_runs(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
-def test_a_comparison_sizes_once_and_records_it(tmp_path):
-    """compare: m sized once for every method; comparison.json, Comparison and the report carry
-    it, and a comparison loaded back has the same record."""
+def test_a_comparison_sizes_once_and_records_it(tmp_path, monkeypatch):
+    """compare: m sized once (one pilot) for every method; comparison.json, Comparison and the
+    report carry it, and a comparison loaded back has the same record."""
+    pilots = []
+    real = sizing.pilot_scores
+
+    def counted(*a, **k):
+        pilots.append(a[3] if len(a) > 3 else k.get("ms"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(sizing, "pilot_scores", counted)
     cmp = ssgp_ppl.compare("ssgp_fixed", "pendulum", small=True, out=tmp_path / "c",
                            settings={"m": "auto"}, budget=1.0, progress=False)
     doc = json.loads((tmp_path / "c" / "comparison.json").read_text())
@@ -197,3 +208,4 @@ def test_a_comparison_sizes_once_and_records_it(tmp_path):
     assert all(p.entry.config["model"]["m"] == cmp.m for p in cmp.posteriors.values())
     assert cmp.sizing.text() in (tmp_path / "c" / "report.html").read_text().replace("&#x27;", "'")
     assert ssgp_ppl.load_comparison(tmp_path / "c").sizing == cmp.sizing
+    assert len(pilots) == 1, pilots
