@@ -58,10 +58,13 @@ def is_auto(entry) -> bool:
 
 def rows_per_step(entry, n: int, method: str | None = None) -> int:
     """The training rows one step of ``method`` (default: the entry's own) touches: a minibatch,
-    the sampled partitions (about n/p rows each), or all n."""
+    the sampled partitions (about n/p rows each), or all n (always for ``ml``: a type-II fit
+    steps over every row)."""
     cfg = entry.config
     pc = cfg["partitions"]
     rows = n
+    if (method or entry.methods[0]) == "ml":
+        return n
     if pc["per_step"] > 0:
         from ssgp_ppl.inference.partitions import auto_count
 

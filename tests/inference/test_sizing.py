@@ -81,6 +81,7 @@ def test_fit_seconds_counts_every_step_and_the_rows_a_step_sees():
     assert sizing.fit_seconds(entry, 300, 50) == pytest.approx(want)
     sampled = load_entry("svbssgp")  # partitions drawn per step: the rows do not grow with n
     assert sizing.rows_per_step(sampled, 2_000_000) < 0.01 * 2_000_000
+    assert sizing.rows_per_step(sampled, 2_000_000, "ml") == 2_000_000  # type-II: every row
     batch = st["batch_size"]  # above its batch size a collapsed entry's step sees the batch
     assert sizing.rows_per_step(entry, 50_000) == batch < 50_000
     assert sizing.fit_seconds(entry, 50_000, 50) == sizing.fit_seconds(entry, batch, 50)
