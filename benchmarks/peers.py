@@ -176,8 +176,8 @@ def run_ours(name: str, ds, *, quick: bool, seed: int, budget: float | None = No
     if sizing.is_auto(entry):  # sized here, so that an m no budget allows is a skip, not an error
         try:
             entry = sizing.resolve(entry, ds, budget=budget, seed=seed)
-        except SSGPError as e:
-            return {"skipped": one_line(e).split("'auto': ", 1)[-1]}
+        except sizing.SizingError as e:  # no m fits: a skip; a failed pilot is an error
+            return {"skipped": e.reason}
     cost = full_batch_cost(entry, ds.n_train, ds.n_features)
     if cost is not None and cost[0] > FULL_BATCH_MAX:
         return {"skipped": f"every step sees all {ds.n_train} rows: {cost[1]} = {cost[0]:.2g} > "

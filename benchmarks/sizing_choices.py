@@ -50,6 +50,8 @@ def measure(set_name: str, entry_name: str, *, out: Path, budget: float | None,
         peers.log(f"  m = {rec['sizing']['m']} ({rec['sizing']['pilot_seconds']} s)")
     except SSGPError as e:
         rec["error"] = one_line(e)
+        if isinstance(e, sizing.SizingError):  # each m left out, with why
+            rec["excluded"] = {str(m): why for m, why in e.excluded.items()}
         peers.log(f"  {rec['error']}")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, rec)

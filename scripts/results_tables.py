@@ -7,7 +7,6 @@ hand); ``docs/gen_pages.py`` writes one page per entry of :data:`TABLES` at ever
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -286,9 +285,9 @@ def sizing_choices() -> str:
            "| set | n train | d | entry | m | " + " | ".join(f"m = {m}" for m in ladder)
            + " | pilot s |", "| --- " * (6 + len(ladder)) + "|"]
     for r in doc["records"]:
-        if "sizing" not in r:  # why no m was chosen, short: the smallest m's estimate
-            est = re.search(r"estimated ([0-9.e+]+) s", r.get("error", ""))
-            why = f"none fits ({est.group(1)} s at m = {ladder[0]})" if est else r.get("error", "")
+        if "sizing" not in r:  # why no m was chosen, short: why the smallest m was left out
+            first = r.get("excluded", {}).get(str(ladder[0]))
+            why = f"none fits (m = {ladder[0]}: {first})" if first else r.get("error", "")
             out.append(f"| {r['set']} | {r['n_train']} | {r['d']} | `{r['entry']}` | – | "
                        + " | ".join("–" for _ in ladder) + f" | {why} |")
             continue

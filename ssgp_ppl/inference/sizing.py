@@ -51,6 +51,15 @@ STEP_OVERHEAD = 1e-3
 AUTO_METHODS = ("svi", "ml")  # the methods whose cost the rule knows (steps × the step above)
 
 
+class SizingError(SSGPError):
+    """No m of the ladder fits the budget and the memory: the message names the file and key;
+    ``reason`` is the same without them, ``excluded`` each m with why it was left out."""
+
+    def __init__(self, src: str, reason: str, excluded: dict[int, str]):
+        super().__init__(f"{src}: 'auto': {reason}")
+        self.reason, self.excluded = reason, dict(excluded)
+
+
 def is_auto(entry) -> bool:
     """Whether ``entry``'s m is still ``"auto"`` (to be resolved against data)."""
     return entry.config["model"]["m"] == "auto"
@@ -239,8 +248,9 @@ def resolve(entry, data, *, budget: float | None = None, seed: int = 0, steps: i
         else:
             affordable.append(m)
     if not affordable:
-        raise SSGPError(f"{src}: 'auto': no m of {', '.join(map(str, LADDER))} fits the budget of "
-                        f"{budget:g} s ({excluded[LADDER[0]]}); give a larger budget or m a number")
+        raise SizingError(src, f"no m of {', '.join(map(str, LADDER))} fits the budget of "
+                          f"{budget:g} s ({excluded[LADDER[0]]}); give a larger budget or m a "
+                          "number", excluded)
     t = time.perf_counter()
     scores, rows = pilot_scores(entry, data.x_train, data.y_train, affordable, seed=seed)
     best = max(scores.values())
@@ -262,5 +272,5 @@ def apply(entry, sizing: Sizing):
     return dataclasses.replace(entry.with_settings([("m", sizing.m)]), sizing=sizing)
 
 
-__all__ = ["DEFAULT_BUDGET", "LADDER", "Sizing", "apply", "fit_seconds", "is_auto", "pilot_loo",
-           "pilot_objective", "pilot_scores", "resolve"]
+__all__ = ["DEFAULT_BUDGET", "LADDER", "Sizing", "SizingError", "apply", "fit_seconds", "is_auto",
+           "pilot_loo", "pilot_objective", "pilot_scores", "resolve"]

@@ -131,8 +131,11 @@ def test_settings_keep_the_sizing_only_while_m_is_unchanged(pendulum):
 
 def test_resolve_refuses_what_it_cannot_size(pendulum):
     auto = load_entry("vssgp_collapsed").with_overrides(["m=auto"])
-    with pytest.raises(SSGPError, match=r"no m of 10, 25.*fits the budget of 0.01 s"):
+    with pytest.raises(sizing.SizingError, match=r"no m of 10, 25.*fits the budget of 0.01 s") as e:
         sizing.resolve(auto, pendulum, budget=0.01)
+    assert sorted(e.value.excluded) == list(sizing.LADDER)  # each m left out, with why
+    assert all("> budget 0.01 s" in why for why in e.value.excluded.values())
+    assert e.value.reason.startswith("no m of") and str(e.value).endswith(e.value.reason)
     for bad in (0, -1, math.inf, math.nan, True, "60"):
         with pytest.raises(SSGPError, match="budget must be a positive number of seconds"):
             sizing.resolve(auto, pendulum, budget=bad)
