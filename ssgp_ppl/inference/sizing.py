@@ -67,12 +67,14 @@ def is_auto(entry) -> bool:
 
 def rows_per_step(entry, n: int, method: str | None = None) -> int:
     """The training rows one step of ``method`` (default: the entry's own) touches: a minibatch,
-    the sampled partitions (about n/p rows each), or all n (always for ``ml``: a type-II fit
-    steps over every row)."""
+    the sampled partitions (about n/p rows each), or all n (always for a method without
+    ``row_batches``: a type-II fit steps over every row)."""
+    from ssgp_ppl.inference import methods
+
     cfg = entry.config
     pc = cfg["partitions"]
     rows = n
-    if (method or entry.methods[0]) == "ml":
+    if not methods.get(method or entry.methods[0]).row_batches:
         return n
     if pc["per_step"] > 0:
         from ssgp_ppl.inference.partitions import auto_count

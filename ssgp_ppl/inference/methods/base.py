@@ -63,6 +63,7 @@ class Method:
     checkpoints: ClassVar[bool] = False  # run() honours a Checkpoint (resume, Ctrl-C)
     distributed: ClassVar[bool] = False  # trains across processes under jax.distributed
     reference: ClassVar[bool] = False  # the MCMC reference compare adds to an entry's methods
+    row_batches: ClassVar[bool] = False  # its steps see the minibatch / partitions the entry asks for
     provides: ClassVar[tuple[str, ...]] = ()  # Handoff fields its posterior fills for others
     accepts: ClassVar[tuple[str, ...]] = ()  # Handoff fields it uses when the own method provides them
     # compare's budget flags (steps, samples, chains) -> the key of this method's settings they set

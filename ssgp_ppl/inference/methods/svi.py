@@ -99,6 +99,7 @@ class SVIMethod(Method):
     description = "the entry's guide by SVI (its objective, Adam inside one jit)"
     checkpoints = True
     distributed = True
+    row_batches = True
     accepts = ("spectral_points",)
 
     def table_schema(self, table=None, src=""):
