@@ -262,7 +262,20 @@ def test_cli_bad_input_is_one_line_and_a_tiny_run_writes_its_datatree(tmp_path, 
     assert (out / sbc.FIGURE).stat().st_size > 1000
 
 
-def test_compare_with_sbc_exposes_the_result_and_writes_its_section(tmp_path):
+@pytest.fixture
+def no_compilation_cache():
+    """Writing the SBC reference's vmapped NUTS program to JAX's persistent compilation cache
+    segfaulted an xdist worker twice in full-suite runs (jax compilation_cache
+    put_executable_and_time); this test compiles without the cache."""
+    import jax
+
+    before = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    yield
+    jax.config.update("jax_enable_compilation_cache", before)
+
+
+def test_compare_with_sbc_exposes_the_result_and_writes_its_section(tmp_path, no_compilation_cache):
     """ssgp_ppl.compare(sbc=N) at tiny size: SBC on the comparison's training inputs (its first
     80 rows at small size, 40 of them the design) with the comparison's overrides on top of SBC's
     small defaults, its section once in the report, and the result on the Comparison, also when
