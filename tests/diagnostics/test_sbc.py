@@ -266,13 +266,18 @@ def test_cli_bad_input_is_one_line_and_a_tiny_run_writes_its_datatree(tmp_path, 
 def no_compilation_cache():
     """Writing the SBC reference's vmapped NUTS program to JAX's persistent compilation cache
     segfaulted an xdist worker twice in full-suite runs (jax compilation_cache
-    put_executable_and_time); this test compiles without the cache."""
+    put_executable_and_time); this test compiles without the cache. JAX decides once per process
+    whether the cache is used, so the flag alone does nothing: its reset makes it look again."""
     import jax
+    from jax._src import compilation_cache
 
     before = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    assert not compilation_cache.is_cache_used(jax.devices()[0].client)
     yield
     jax.config.update("jax_enable_compilation_cache", before)
+    compilation_cache.reset_cache()
 
 
 def test_compare_with_sbc_exposes_the_result_and_writes_its_section(tmp_path, no_compilation_cache):
