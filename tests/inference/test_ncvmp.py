@@ -338,6 +338,40 @@ def test_float32_fit_reaches_the_float64_bound(autompg_fits):
     assert bool(res.converged)
 
 
+def test_expected_residual_keeps_float32_accuracy_at_a_near_interpolating_fit():
+    """E_q‖y − Zα‖² as ‖y − E(Z)μ_α‖² + tr(E(Z)ᵀE(Z)Σ_α) + tr(ΨV) in float32 agrees with float64 to
+    a few units of float32 rounding where the fit nearly interpolates (a pendulum neighbourhood of
+    tan_local: 60 rows, noise ≈ 0.03, the residual 1/600 of yᵀy). The expanded
+    yᵀy − 2yᵀE(Z)μ_α + tr(Ψ E(ZᵀZ)) is off by 2.7e-4 of itself there (6e-3 nats of L, 30 times
+    the float32 stop rule's floor of 2e-4 nats), so that no step could be told to raise L."""
+    from scipy.spatial import cKDTree
+
+    from ssgp_ppl.data import datasets
+
+    restore = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", True)
+    try:
+        d = datasets.load("pendulum", x_scaling="minmax")
+        x, y = np.asarray(d.x_train, np.float64), np.asarray(d.y_train, np.float64)
+        idx = cKDTree(x).query(np.asarray(d.x_test)[19:20], 60)[1][0]
+        x, y = jnp.asarray(x[idx]), jnp.asarray(y[idx] - y[idx].mean())
+        dim = x.shape[1]
+        prior = ncvmp.TanPrior(jnp.zeros(dim), jnp.eye(dim), 25.0, 25.0)
+        pts = ncvmp.spectral_sets(jax.random.PRNGKey(1), 1, 20, dim, jnp.float64)
+        res = ncvmp.fit_ncvmp(x, y, pts, prior, ncvmp.NCVMPSettings(restarts=1))
+        st = res.state
+        exact = ncvmp.moments(x, res.points, st)
+        want = float(ncvmp.expected_residual(y, exact.ez, exact.v, st.mu_alpha, st.sigma_alpha))
+        assert want < 3e-3 * float(y @ y)  # the regime the test is about
+        f32 = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), (x, y, res.points, st))
+        x3, y3, p3, s3 = f32
+        m3 = ncvmp.moments(x3, p3, s3)
+        got = float(ncvmp.expected_residual(y3, m3.ez, m3.v, s3.mu_alpha, s3.sigma_alpha))
+    finally:
+        jax.config.update("jax_enable_x64", restore)
+    assert got == pytest.approx(want, rel=5e-5)
+
+
 def test_a_full_step_that_lowers_the_bound_is_damped_not_the_end():
     """From §4's start on pendulum with the ninth of tan_va_stacked's candidate spectral sets,
     the first full NCVMP cycle (a = 1) lowers L by thousands of nats while a = 0.5 raises it by
