@@ -353,6 +353,9 @@ def _date_axis(ax) -> None:
 PD_INPUTS = 8  # the fitted-function figure's panels: the first inputs, at most this many
 PD_GRID = 25  # grid values of each input
 PD_ROWS = 60  # test rows the partial dependence averages over (evenly spaced when there are more)
+# ... where a method fits at every point it predicts (the local fits: two NCVMP fits a point, 8
+# inputs × 25 grid values × 60 rows would be 24,000 fits, ~40× its test set's on pendulum)
+PD_ROWS_FITTING = 6
 
 
 def _function_plot(results: list[Posterior], records: list[dict], data: Dataset,
@@ -379,7 +382,10 @@ def _function_figure(results: list[Posterior], records: list[dict], data: Datase
     names = _input_names(data)
     dates = _date_inputs(data)
     panels = [*dates, *(j for j in range(d) if j not in dates)][:PD_INPUTS]  # input per panel
-    rows = x_std if n <= PD_ROWS else x_std[np.linspace(0, n - 1, PD_ROWS).round().astype(int)]
+    fitting = [rec["method"] for r, rec in zip(results, records, strict=True)
+               if r.rule.fits_at_prediction]
+    most = PD_ROWS_FITTING if fitting else PD_ROWS  # the same rows for every method
+    rows = x_std if n <= most else x_std[np.linspace(0, n - 1, most).round().astype(int)]
     shown = len(panels)
     curves, skipped = {}, []  # label -> [(grid_raw, mean, lo, hi)] per panel
     for r, rec in zip(results, records, strict=True):
@@ -450,7 +456,9 @@ def _function_figure(results: list[Posterior], records: list[dict], data: Datase
                    f"({', '.join(names[j] for j in panels)})"
                    + ("" if shown == d else f" ({which}; the other {d - shown} not shown)")
                    + f": the predictive mean averaged over {len(rows)} test rows "
-                   "with that input set to each grid value, the others as they are (line); band: "
+                   + (f"(evenly spaced; only {len(rows)}: {', '.join(fitting)} fits at every "
+                      "point it predicts) " if fitting and n > len(rows) else "")
+                   + "with that input set to each grid value, the others as they are (line); band: "
                    "the rows' 5% and 95% predictive quantiles (mean ± 1.645 sd) averaged the "
                    "same way, not a quantile of the average; dots: the test data against that "
                    "input")

@@ -281,3 +281,41 @@ def test_a_date_column_is_plotted_over_time(tmp_path):
     assert isinstance(ax.xaxis.get_major_formatter(), mdates.ConciseDateFormatter)
     t = np.asarray(ax.lines[0].get_xdata())
     assert t.dtype.kind == "M" and (np.diff(t) >= np.timedelta64(0, "ns")).all()  # in time order
+
+
+def test_function_figure_averages_over_few_rows_when_a_method_fits_at_every_point():
+    """A method that fits at every point it predicts (the local fits) makes the partial dependence
+    average over PD_ROWS_FITTING test rows, for every method alike, and the caption says why;
+    without one it averages over PD_ROWS."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from types import SimpleNamespace
+
+    from ssgp_ppl import report
+    from ssgp_ppl.data.datasets import load
+    from ssgp_ppl.pipeline import fit
+
+    data = load("autompg")
+    post = fit(load_entry("ssgp").with_overrides(["ml.steps=50"]), data, progress=False)
+    assert not post.rule.fits_at_prediction
+
+    class FitsWhenPredicting:  # the ml fit, said to fit at every point, counting what it predicts
+        rule = SimpleNamespace(fits_at_prediction=True)
+        rows: list[int] = []
+
+        def predict_standardised(self, xs):
+            self.rows.append(len(xs))
+            return post.predict_standardised(xs)
+
+    n, d = data.x_test.shape
+    assert n > report.PD_ROWS > report.PD_ROWS_FITTING
+    local = FitsWhenPredicting()
+    _, caption = report._function_figure([post, local], [{"method": "ml"}, {"method": "local"}],
+                                         data)
+    panels = min(d, report.PD_INPUTS)
+    assert local.rows == [report.PD_GRID * report.PD_ROWS_FITTING] * panels
+    assert (f"averaged over {report.PD_ROWS_FITTING} test rows (evenly spaced; only "
+            f"{report.PD_ROWS_FITTING}: local fits at every point it predicts)") in caption
+    _, caption = report._function_figure([post], [{"method": "ml"}], data)
+    assert f"averaged over {report.PD_ROWS} test rows with that input" in caption
