@@ -40,8 +40,9 @@ from ssgp_ppl.data.datasets import load
 from ssgp_ppl.entry import load_entry
 from ssgp_ppl.pipeline import fit, metrics_record
 model, method, dataset = sys.argv[1].split(":")
-data = load(dataset, split=0)
-rec = metrics_record(fit(load_entry(model), data, method, seed=0, progress=False), data)
+entry = load_entry(model)
+data = load(dataset, split=0, x_scaling=entry.config["data"]["x_scaling"])
+rec = metrics_record(fit(entry, data, method, seed=0, progress=False), data)
 print(json.dumps(rec))
 """
 

@@ -46,8 +46,9 @@ def test_archived_catalog_metrics_are_reproduced(model, method, dataset):
     records = json.loads(ARCHIVE.read_text())["records"]
     want = next(r for r in records if (r["model"], r["method"], r["dataset"], r["split"])
                 == (model, method, dataset, 0))
-    data = load(dataset, split=0)
-    got = metrics_record(fit(load_entry(model), data, method, seed=0, progress=False), data)
+    entry = load_entry(model)
+    data = load(dataset, split=0, x_scaling=entry.config["data"]["x_scaling"])
+    got = metrics_record(fit(entry, data, method, seed=0, progress=False), data)
     case = f"{model}:{method}:{dataset}"
     for k in METRICS:
         if k in want:
