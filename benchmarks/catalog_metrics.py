@@ -34,6 +34,13 @@ def main() -> None:
     p.add_argument("--update", help="a catalog_metrics.json whose records of the measured "
                    "(model, dataset, split) are replaced")
     args = p.parse_args()
+    old = None
+    if args.update:  # read before hours of fitting, not after
+        try:
+            old = json.loads(Path(args.update).read_text())
+            old["records"][0]["model"]
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            p.error(f"--update {args.update}: not a catalog_metrics.json ({type(e).__name__}: {e})")
     out = []
     for name in args.models:
         entry = load_entry(name)
@@ -51,9 +58,11 @@ def main() -> None:
                     print(json.dumps(rec), file=sys.stderr, flush=True)
                     out.append(rec)
     doc = {"machine": f"{platform.machine()} {os.cpu_count()} cpu", "records": out}
-    if args.update:
-        path = Path(args.update)
-        old = json.loads(path.read_text())
+    if old is not None:
+        if old.get("machine") != doc["machine"]:  # records of two machines: each says which
+            for r in out:
+                r["machine"] = doc["machine"]
+            doc["machine"] = old.get("machine")
 
         def key(r):
             return r["model"], r["dataset"], r["split"]

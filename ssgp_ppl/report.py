@@ -382,8 +382,8 @@ def _function_figure(results: list[Posterior], records: list[dict], data: Datase
     names = _input_names(data)
     dates = _date_inputs(data)
     panels = [*dates, *(j for j in range(d) if j not in dates)][:PD_INPUTS]  # input per panel
-    fitting = [rec["method"] for r, rec in zip(results, records, strict=True)
-               if r.rule.fits_at_prediction]
+    fitting = list(dict.fromkeys(_label(rec, ref_label) for r, rec in
+                                 zip(results, records, strict=True) if r.rule.fits_at_prediction))
     most = PD_ROWS_FITTING if fitting else PD_ROWS  # the same rows for every method
     rows = x_std if n <= most else x_std[np.linspace(0, n - 1, most).round().astype(int)]
     shown = len(panels)
@@ -456,8 +456,10 @@ def _function_figure(results: list[Posterior], records: list[dict], data: Datase
                    f"({', '.join(names[j] for j in panels)})"
                    + ("" if shown == d else f" ({which}; the other {d - shown} not shown)")
                    + f": the predictive mean averaged over {len(rows)} test rows "
-                   + (f"(evenly spaced; only {len(rows)}: {', '.join(fitting)} fits at every "
-                      "point it predicts) " if fitting and n > len(rows) else "")
+                   + (f"(evenly spaced; only {len(rows)}: {', '.join(fitting)} "
+                      + ("fits at every point it predicts" if len(fitting) == 1
+                         else "fit at every point they predict") + ") "
+                      if fitting and n > len(rows) else "")
                    + "with that input set to each grid value, the others as they are (line); band: "
                    "the rows' 5% and 95% predictive quantiles (mean ± 1.645 sd) averaged the "
                    "same way, not a quantile of the average; dots: the test data against that "

@@ -319,3 +319,4 @@ def test_function_figure_averages_over_few_rows_when_a_method_fits_at_every_poin
             f"{report.PD_ROWS_FITTING}: local fits at every point it predicts)") in caption
     _, caption = report._function_figure([post], [{"method": "ml"}], data)
     assert f"averaged over {report.PD_ROWS} test rows with that input" in caption
+    matplotlib.pyplot.close("all")

@@ -268,13 +268,13 @@ def expected_residual(y, ez, v, mu_alpha, sigma_alpha):
     return r @ r + jnp.sum((ez @ sigma_alpha) * ez) + jnp.sum(psi * v)
 
 
-def _expected_loglik_core(x, y, points, mu, sigma, mu_alpha, psi):
+def _expected_loglik_core(x, y, points, mu, sigma, mu_alpha, sigma_alpha):
     """−½ E_q‖y − Zα‖² as a function of q(λ) (μ, Σ): the λ-dependent part of the expected log
     likelihood times γ², in the form of :func:`expected_residual`, accumulated over row chunks."""
     m = points.shape[0]
     xp, yp, mask = _chunks(x, y, _row_chunk(m))
+    psi = jnp.outer(mu_alpha, mu_alpha) + sigma_alpha
     pcc, pss, psc, pcs = psi[:m, :m], psi[m:, m:], psi[m:, :m], psi[:m, m:]
-    sigma_alpha = psi - jnp.outer(mu_alpha, mu_alpha)
 
     def body(acc, args):
         xc, yc, mc = args
@@ -293,8 +293,8 @@ def _expected_loglik_core(x, y, points, mu, sigma, mu_alpha, psi):
 
 def _s_lambda(mu, sigma, x, y, points, state: NCVMPState, prior: TanPrior, inv_noise2):
     """S = Σ_{a ∈ N(λ)} S_a, the terms of the bound that depend on q(λ) (Tan et al. 2016, eq. 8-10)."""
-    psi = jnp.outer(state.mu_alpha, state.mu_alpha) + state.sigma_alpha
-    lik = inv_noise2 * _expected_loglik_core(x, y, points, mu, sigma, state.mu_alpha, psi)
+    lik = inv_noise2 * _expected_loglik_core(x, y, points, mu, sigma, state.mu_alpha,
+                                             state.sigma_alpha)
     p0 = jnp.linalg.inv(prior.sigma0)
     diff = mu - prior.mu0
     return lik - 0.5 * diff @ p0 @ diff - 0.5 * jnp.trace(p0 @ sigma)
@@ -317,7 +317,8 @@ class Stats(NamedTuple):
 
 
 def update_rest(x, y, points, state: NCVMPState, prior: TanPrior):
-    """Steps 3-6 of Algorithm 1: Σ_α, μ_α, then C_σ, C_γ given q(λ); returns (state, E(Z), E(ZᵀZ))."""
+    """Steps 3-6 of Algorithm 1: Σ_α, μ_α, then C_σ, C_γ given q(λ); returns (state, the
+    :class:`Stats` E(Z), E(ZᵀZ), V they used)."""
     n = x.shape[0]
     m = points.shape[0]
     stats = moments(x, points, state)
@@ -628,7 +629,9 @@ def predictive(state: NCVMPState, points, x_test, n: int, prior: TanPrior, *, ch
     """Closed-form predictive mean and variance of y* (Tan et al. 2016, §5).
 
     μ* = E_q(Z*)ᵀμ_α; σ*² = E_q(γ²) + tr{(μ_αμ_αᵀ + Σ_α) E_q(Z*ᵀZ*)} − (E_q(Z*)ᵀμ_α)²,
-    E_q(γ²) = H(n − 4, C_γ, A_γ²) / H(n − 2, C_γ, A_γ²). Returns (mean, var), each (n*,).
+    E_q(γ²) = H(n − 4, C_γ, A_γ²) / H(n − 2, C_γ, A_γ²), computed without the cancellation of the
+    last two terms as E_q(γ²) + E_q(Z*)ᵀΣ_αE_q(Z*) + tr{(μ_αμ_αᵀ + Σ_α) Cov_q(Z*)}. Returns
+    (mean, var), each (n*,).
     """
     psi = jnp.outer(state.mu_alpha, state.mu_alpha) + state.sigma_alpha
     noise2 = h_ratio(n - 2, state.c_noise, prior.a_noise**2, k=-2)

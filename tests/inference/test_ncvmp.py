@@ -105,6 +105,10 @@ def test_expected_features_and_gram_match_monte_carlo(x64, autompg_small):
     ezz = ncvmp.expected_gram(x, points, st.mu_lambda, st.sigma_lambda)
     se = np.asarray(jnp.std(zz, 0)) / math.sqrt(lam.shape[0])
     assert np.all(np.abs(np.asarray(jnp.mean(zz, 0) - ezz)) < 4.5 * se + 1e-12)
+    # V = Σᵢ Cov_q(Zᵢ), computed directly, is E(ZᵀZ) − E(Z)ᵀE(Z) (to that difference's rounding)
+    v = ncvmp.expected_gram(x, points, st.mu_lambda, st.sigma_lambda, centred=True)
+    eps = float(jnp.finfo(x.dtype).eps)
+    np.testing.assert_allclose(v, ezz - ez.T @ ez, rtol=0, atol=50 * eps * float(jnp.max(ezz)))
 
 
 def test_gram_is_chunk_invariant(x64, autompg_small, monkeypatch):
@@ -343,7 +347,8 @@ def test_expected_residual_keeps_float32_accuracy_at_a_near_interpolating_fit():
     a few units of float32 rounding where the fit nearly interpolates (a pendulum neighbourhood of
     tan_local: 60 rows, noise ≈ 0.03, the residual 1/600 of yᵀy). The expanded
     yᵀy − 2yᵀE(Z)μ_α + tr(Ψ E(ZᵀZ)) is off by 2.7e-4 of itself there (6e-3 nats of L, 30 times
-    the float32 stop rule's floor of 2e-4 nats), so that no step could be told to raise L."""
+    the float32 stop rule's floor of 2e-4 nats), so that no step could be told to raise L: the
+    test checks that too, so that the case stays one where the form matters."""
     from scipy.spatial import cKDTree
 
     from ssgp_ppl.data import datasets
@@ -367,9 +372,13 @@ def test_expected_residual_keeps_float32_accuracy_at_a_near_interpolating_fit():
         x3, y3, p3, s3 = f32
         m3 = ncvmp.moments(x3, p3, s3)
         got = float(ncvmp.expected_residual(y3, m3.ez, m3.v, s3.mu_alpha, s3.sigma_alpha))
+        psi3 = jnp.outer(s3.mu_alpha, s3.mu_alpha) + s3.sigma_alpha
+        ezz3 = ncvmp.expected_gram(x3, p3, s3.mu_lambda, s3.sigma_lambda)  # the raw moments
+        expanded = float(y3 @ y3 - 2.0 * y3 @ (m3.ez @ s3.mu_alpha) + jnp.sum(psi3 * ezz3))
     finally:
         jax.config.update("jax_enable_x64", restore)
     assert got == pytest.approx(want, rel=5e-5)
+    assert expanded != pytest.approx(want, rel=5e-5)  # the case is one where it cancels
 
 
 def test_a_full_step_that_lowers_the_bound_is_damped_not_the_end():
