@@ -233,6 +233,12 @@ class CatalogEntry:
         return self.config["use_when"]
 
     @property
+    def m_auto(self) -> bool:
+        """Whether ``model.m`` is still ``"auto"``: sized against the training rows
+        (:func:`ssgp_ppl.inference.sizing.resolve`) before the entry can be fitted."""
+        return self.config["model"]["m"] == "auto"
+
+    @property
     def methods(self) -> list[str]:
         return self.config["inference"]["methods"]
 
@@ -254,7 +260,7 @@ class CatalogEntry:
             spectral density with its ``spectral_seed``.
         """
         mc = self.config["model"]
-        if mc["m"] == "auto":
+        if self.m_auto:
             raise SSGPError(f"{self.path}: model.m = 'auto' is sized against the training rows: "
                             "fit the entry (ssgp_ppl.fit, ssgp-ppl fit) or resolve it first with "
                             "ssgp_ppl.inference.sizing.resolve(entry, data)")
@@ -302,7 +308,7 @@ class CatalogEntry:
     @cached_property
     def structure(self) -> SSGPSpec:
         """A spec with d = 1 (and m = 2 where m is still "auto"): what does not depend on them."""
-        entry = self.with_settings([("m", 2)]) if self.config["model"]["m"] == "auto" else self
+        entry = self.with_settings([("m", 2)]) if self.m_auto else self
         return entry.spec(1)
 
     def partitions(self, x, *, seed: int = 0) -> Partitions:

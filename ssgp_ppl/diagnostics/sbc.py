@@ -241,7 +241,7 @@ class Design(NamedTuple):
 def check_entry(entry) -> None:
     """SBC simulates from the prior on a small design at a given m: ``m = "auto"`` (sized to
     real targets) is refused with what to give instead."""
-    if entry.config["model"]["m"] == "auto":
+    if entry.m_auto:
         raise SSGPError(f"{entry.path}: model.m: SBC fits its simulations at a given m (its "
                         f"default {SMALL_SETTINGS[0]}), not 'auto'; give m a number")
 

@@ -268,13 +268,13 @@ def expected_residual(y, ez, v, mu_alpha, sigma_alpha):
     return r @ r + jnp.sum((ez @ sigma_alpha) * ez) + jnp.sum(psi * v)
 
 
-def _expected_loglik_core(x, y, points, mu, sigma, mu_alpha, sigma_alpha):
+def _expected_loglik_core(x, y, points, mu, sigma, mu_alpha, psi):
     """−½ E_q‖y − Zα‖² as a function of q(λ) (μ, Σ): the λ-dependent part of the expected log
     likelihood times γ², in the form of :func:`expected_residual`, accumulated over row chunks."""
     m = points.shape[0]
     xp, yp, mask = _chunks(x, y, _row_chunk(m))
-    psi = jnp.outer(mu_alpha, mu_alpha) + sigma_alpha
     pcc, pss, psc, pcs = psi[:m, :m], psi[m:, m:], psi[m:, :m], psi[:m, m:]
+    sigma_alpha = psi - jnp.outer(mu_alpha, mu_alpha)
 
     def body(acc, args):
         xc, yc, mc = args
@@ -293,8 +293,8 @@ def _expected_loglik_core(x, y, points, mu, sigma, mu_alpha, sigma_alpha):
 
 def _s_lambda(mu, sigma, x, y, points, state: NCVMPState, prior: TanPrior, inv_noise2):
     """S = Σ_{a ∈ N(λ)} S_a, the terms of the bound that depend on q(λ) (Tan et al. 2016, eq. 8-10)."""
-    lik = inv_noise2 * _expected_loglik_core(x, y, points, mu, sigma, state.mu_alpha,
-                                             state.sigma_alpha)
+    psi = jnp.outer(state.mu_alpha, state.mu_alpha) + state.sigma_alpha
+    lik = inv_noise2 * _expected_loglik_core(x, y, points, mu, sigma, state.mu_alpha, psi)
     p0 = jnp.linalg.inv(prior.sigma0)
     diff = mu - prior.mu0
     return lik - 0.5 * diff @ p0 @ diff - 0.5 * jnp.trace(p0 @ sigma)

@@ -62,7 +62,7 @@ class SizingError(SSGPError):
 
 def is_auto(entry) -> bool:
     """Whether ``entry``'s m is still ``"auto"`` (to be resolved against data)."""
-    return entry.config["model"]["m"] == "auto"
+    return entry.m_auto
 
 
 def rows_per_step(entry, n: int, method: str | None = None) -> int:
