@@ -70,10 +70,9 @@ def main() -> None:
         new = {}
         for r in out:
             new.setdefault(key(r), []).append(r)
-        merged = []  # in the file's order, each measured key's records where its old ones were
+        measured, merged = set(new), []  # in the file's order: new records where the old were
         for r in old["records"]:
-            merged.extend(new.pop(key(r), []) if key(r) in new else
-                          [] if any(key(r) == key(m) for m in out) else [r])
+            merged.extend(new.pop(key(r), []) if key(r) in measured else [r])
         doc["records"] = merged + [r for rs in new.values() for r in rs]
     print_json(doc, args.update)
 

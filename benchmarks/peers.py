@@ -158,7 +158,7 @@ def full_batch_cost(entry, n: int, d: int) -> tuple[float, str] | None:
     cfg = entry.config
     method = cfg["inference"]["methods"][0]
     if cfg["partitions"]["per_step"] > 0 or sizing.rows_per_step(entry, n, method) < n \
-            or sizing.is_auto(entry):
+            or entry.m_auto:
         return None
     mc, m = cfg["inference"][method], cfg["model"]["m"]
     if method == "ncvmp":
@@ -173,7 +173,7 @@ def run_ours(name: str, ds, *, quick: bool, seed: int, budget: float | None = No
         else []
     if overrides:
         entry = entry.with_overrides(overrides)
-    if sizing.is_auto(entry):  # sized here, so that an m no budget allows is a skip, not an error
+    if entry.m_auto:  # sized here, so that an m no budget allows is a skip, not an error
         try:
             entry = sizing.resolve(entry, ds, budget=budget, seed=seed)
         except sizing.SizingError as e:  # no m fits: a skip; a failed pilot is an error

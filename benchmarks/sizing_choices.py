@@ -32,7 +32,7 @@ OUT = ROOT / "reports" / "sizing"
 
 def auto_entries() -> list[str]:
     """The built-in entries whose m is "auto"."""
-    return [n for n in list_entries() if sizing.is_auto(load_entry(n))]
+    return [n for n in list_entries() if load_entry(n).m_auto]
 
 
 def measure(set_name: str, entry_name: str, *, out: Path, budget: float | None,

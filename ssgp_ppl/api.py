@@ -187,7 +187,7 @@ def fit(model: str | Path | CatalogEntry, data=None, x=None, y=None, *, target: 
     table = TableOptions.of(inputs, drop, dropna, encode, dates)
     ds = _dataset(entry, data, x, y, target=target, split=split, x_test=x_test, y_test=y_test,
                   test=test, table=table, subsample=subsample, log_target=log_target)
-    if spectral_points is not None and sizing.is_auto(entry) and np.ndim(spectral_points) == 2:
+    if spectral_points is not None and entry.m_auto and np.ndim(spectral_points) == 2:
         entry = entry.with_settings([("m", int(np.shape(spectral_points)[0]))])  # the points say m
     entry = sizing.resolve(entry, ds, budget=budget, seed=seed, steps=steps, method=method,
                            progress=progress)

@@ -60,7 +60,7 @@ def _sized(args, entry, data):
     """``entry`` with ``m = "auto"`` sized to ``data`` within ``--budget`` seconds, the choice
     printed on stderr (:func:`ssgp_ppl.inference.sizing.resolve`); a resumed run keeps the m its
     run.json records (sized when it began, perhaps on another machine)."""
-    if getattr(args, "sizing", None) is not None and sizing.is_auto(entry):
+    if getattr(args, "sizing", None) is not None and entry.m_auto:
         kept = sizing.apply(entry, args.sizing)
         print(f"ssgp-ppl: {entry.name}: m = {kept.sizing.m} as sized when the run began",
               file=sys.stderr)

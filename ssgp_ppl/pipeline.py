@@ -44,7 +44,7 @@ def prerequisites(entry: CatalogEntry, data: Dataset, method: methods.Method, *,
                   progress: bool = True, partitions=None) -> Handoff:
     """What ``method`` needs from the entry's own method on ``data``: that method is run (not the
     whole pipeline) and its hand-over returned; with nothing needed, just ``partitions``."""
-    if sizing.is_auto(entry):  # sized where the entry meets its data, with the caller's budget
+    if entry.m_auto:  # sized where the entry meets its data, with the caller's budget
         raise SSGPError(f"{entry.name}: m = 'auto' is sized to the data before its hand-over is "
                         "fitted (ssgp_ppl.inference.sizing.resolve), or give m a number")
     own = methods.get(entry.methods[0])

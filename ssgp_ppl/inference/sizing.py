@@ -60,11 +60,6 @@ class SizingError(SSGPError):
         self.reason, self.excluded = reason, dict(excluded)
 
 
-def is_auto(entry) -> bool:
-    """Whether ``entry``'s m is still ``"auto"`` (to be resolved against data)."""
-    return entry.m_auto
-
-
 def rows_per_step(entry, n: int, method: str | None = None) -> int:
     """The training rows one step of ``method`` (default: the entry's own) touches: a minibatch,
     the sampled partitions (about n/p rows each), or all n (always for a method without
@@ -218,7 +213,7 @@ def resolve(entry, data, *, budget: float | None = None, seed: int = 0, steps: i
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float)
                                or not math.isfinite(budget) or budget <= 0):
         raise SSGPError(f"budget must be a positive number of seconds, got {budget!r}")
-    if not is_auto(entry):
+    if not entry.m_auto:
         return entry
     src = f"{entry.path}: model.m"
     if not entry.lik.conjugate:
@@ -274,5 +269,5 @@ def apply(entry, sizing: Sizing):
     return dataclasses.replace(entry.with_settings([("m", sizing.m)]), sizing=sizing)
 
 
-__all__ = ["DEFAULT_BUDGET", "LADDER", "Sizing", "SizingError", "apply", "fit_seconds", "is_auto",
+__all__ = ["DEFAULT_BUDGET", "LADDER", "Sizing", "SizingError", "apply", "fit_seconds",
            "pilot_loo", "pilot_objective", "pilot_scores", "resolve"]
