@@ -506,12 +506,14 @@ def target_symmetry(entry, data, handoff=None) -> np.ndarray | None:
 
 
 def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws: int = 500,
-          is_draws: int = 180_000, name: str | None = None, root: Path | None = None) -> GoldReference:
+          is_draws: int = 180_000, name: str | None = None, root: Path | None = None,
+          pilot_seconds: float = 0.0) -> GoldReference:
     """Validate independent tempered-SMC ``results`` (:class:`~ssgp_ppl.inference.smc.SMCResult`, one a run)
     of ``entry``'s reference target on ``data`` and store them as a gold reference under ``root``
     (default :data:`GOLD_DIR`): the pooled posterior (each run one chain of ``draws`` shuffled
     particles), each run's test MNLP, the importance-sampling check of log Z where the target has
-    at most :data:`IS_MAX_DIM` dimensions, the :func:`verdict` and the provenance."""
+    at most :data:`IS_MAX_DIM` dimensions, the :func:`verdict` and the provenance.
+    ``pilot_seconds``: a pilot run's time that the runs' own ``seconds`` do not include."""
     import ssgp_ppl
     from ssgp_ppl.diagnostics.evidence import bridge_log_evidence, importance_log_evidence
     from ssgp_ppl.diagnostics.invariants import count_modes
@@ -523,7 +525,7 @@ def store(entry, data, handoff, results, *, settings: dict, seed: int = 0, draws
     t0 = time.perf_counter()
     key = target_key(entry, data, handoff)
     h = target_hash(key)
-    smc_seconds = float(sum(r.seconds for r in results))
+    smc_seconds = float(sum(r.seconds for r in results)) + pilot_seconds
     info = FitInfo(fit_seconds=smc_seconds, method=SMCInfo(
         log_evidence=tuple(r.log_evidence for r in results),
         temperatures=tuple(r.temperatures for r in results), smc_seconds=smc_seconds,
