@@ -342,6 +342,38 @@ def test_float32_fit_reaches_the_float64_bound(autompg_fits):
     assert bool(res.converged)
 
 
+def test_float32_fit_finished_in_float64_gains_what_float32_cannot_see():
+    """On a nearly interpolated pendulum neighbourhood of tan_local (60 rows, the 94th test row's
+    Euclidean neighbours) a float32 fit stops "converged" at its rounding floor (relative change
+    1.2e-5) 1.9 nats below where Algorithm 2 goes on to in float64; `continue_x64` takes it
+    there and stops by the paper's tolerance (10⁻⁶) in float64, returning float32 arrays with
+    the iterations and bounds of both precisions."""
+    from scipy.spatial import cKDTree
+
+    from ssgp_ppl.data import datasets
+
+    d = datasets.load("pendulum", x_scaling="minmax")
+    x, y = np.asarray(d.x_train, np.float64), np.asarray(d.y_train, np.float64)
+    idx = cKDTree(x).query(np.asarray(d.x_test)[93:94], 60)[1][0]
+    x, y = x[idx], y[idx] - y[idx].mean()
+    dim = x.shape[1]
+    prior = ncvmp.TanPrior(jnp.zeros(dim), jnp.eye(dim), 25.0, 25.0)
+    settings = ncvmp.NCVMPSettings(restarts=1, max_iter=2000)
+    pts = ncvmp.spectral_sets(jax.random.PRNGKey(1), 1, 20, dim, jnp.float32)
+    res = ncvmp.fit_ncvmp(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32), pts, prior,
+                          settings)
+    assert bool(res.converged)  # by float32's floor
+    fin = ncvmp.continue_x64(np.float32(x), np.float32(y), res, prior, settings)
+    assert bool(fin.converged) and not bool(fin.budget_reached)
+    assert float(fin.bound) > float(res.bound) + 0.5  # 1.91 measured
+    assert fin.state.sigma_alpha.dtype == np.float32 and fin.bound.dtype == np.float32
+    assert int(fin.iterations) > int(res.iterations)
+    b = np.asarray(fin.bounds)
+    b = b[np.isfinite(b)]  # NaN after the end, as fit_ncvmp's
+    assert len(b) == int(fin.iterations) + 1 and np.all(np.diff(b) >= -1e-3)
+    assert b[-1] == pytest.approx(float(fin.bound), rel=1e-6)
+
+
 def test_expected_residual_keeps_float32_accuracy_at_a_near_interpolating_fit():
     """E_q‖y − Zα‖² as ‖y − E(Z)μ_α‖² + tr(E(Z)ᵀE(Z)Σ_α) + tr(ΨV) in float32 agrees with float64 to
     a few units of float32 rounding where the fit nearly interpolates (a pendulum neighbourhood of

@@ -113,8 +113,11 @@ class NCVMPMethod(Method):
         what = (f"{entry.name}: NCVMP ({settings.algorithm}) on {len(sets)} spectral set"
                 f"{'s' if len(sets) > 1 else ''}, at most {settings.max_iter} iterations in one "
                 "compiled run")
-        with status.step(what, progress):
+        finish = x.dtype != jnp.float64  # float32 stops short of the tolerance (continue_x64)
+        with status.step(what + (", finished in float64" if finish else ""), progress):
             res = ncvmp.fit_ncvmp(x, y - ybar, sets, prior, settings)
+            if finish:
+                res = ncvmp.continue_x64(x, y - ybar, res, prior, settings)
             jax.block_until_ready(res)
         fit_seconds = time.perf_counter() - t0
         t_loo = time.perf_counter()  # draws of q and their densities: LOO bookkeeping
