@@ -75,13 +75,23 @@ def _load_run(path: Path):
                          *kernels)
 
 
-def _save_run(path: Path, r, share: int = 1) -> None:
+def _save_run(path: Path, r, share: int = 1, **made) -> None:
+    """One run, atomically; ``made``: how it was made (``mcmc_steps``, ``pilot``: the pilot's file
+    name), checked when the run is used (`_how_made`)."""
     extra = {} if r.schedule is None else {"schedule": r.schedule, "step_sizes": r.step_sizes,
                                            "inverse_masses": r.inverse_masses}
     _write_npz(path, positions=r.positions, log_evidence=r.log_evidence,
                temperatures=r.temperatures, acceptance=r.acceptance,
                log_likelihood=r.log_likelihood, seconds=r.seconds / share, **extra,
+               **{f"made_{k}": v for k, v in made.items()},
                **{f"sample_{s}": v for s, v in r.samples.items()})
+
+
+def _how_made(path: Path) -> dict:
+    """What `_save_run` recorded of how a run was made ({} for a run checkpointed without it:
+    after a full-size pilot of its own group, its HMC moves not recorded)."""
+    with np.load(path) as z:
+        return {k[len("made_"):]: z[k].item() for k in z.files if k.startswith("made_")}
 
 
 def _handoff(entry, data, target: str, folder: Path | None, progress: bool):
@@ -160,7 +170,8 @@ def compute(target: str, *, runs: int, group: int, particles: int, mcmc_steps: i
                                 mcmc_steps=mcmc_steps, pilot=pilot,
                                 seed=SEED + SMC_SEED_OFFSET + 1000 * todo[0])
         for k, r in zip(todo, res, strict=True):
-            _save_run(ck / f"run_{k}.npz", r, share=len(todo))
+            _save_run(ck / f"run_{k}.npz", r, share=len(todo), mcmc_steps=mcmc_steps,
+                      pilot=pilot_path.name)
             done.add(k)
         print(f"{target}: runs {todo} in {time.perf_counter() - t0:.0f} s, log Z "
               f"{[round(r.log_evidence, 2) for r in res]}", file=sys.stderr)
@@ -170,14 +181,23 @@ def compute(target: str, *, runs: int, group: int, particles: int, mcmc_steps: i
               "give --particles as they were run, or move them away to start again",
               file=sys.stderr)
         return None
-    settings = {"particles": particles, "mcmc_steps": mcmc_steps, "group": group,
-                "mass": "auto (dense up to D = 50)",
-                "pilot": f"one adaptive pilot run of {pilot_n} particles for every run",
+    made = [_how_made(ck / f"run_{k}.npz") for k in range(runs)]
+    kinds = {(m.get("mcmc_steps"), m.get("pilot")) for m in made}
+    if len(kinds) > 1 or (made[0] and made[0]["mcmc_steps"] != mcmc_steps):
+        print(f"{target}: the checkpointed runs in {ck} were made as {sorted(kinds, key=str)} "
+              f"(HMC moves, pilot), not all with {mcmc_steps} moves and one pilot: give "
+              "--mcmc-steps as they were run, or move them away to start again", file=sys.stderr)
+        return None
+    used = made[0].get("pilot")  # the pilot file every run used; None: each group its own
+    settings = {"particles": particles, "mcmc_steps": mcmc_steps if used else "not recorded",
+                "group": group, "mass": "auto (dense up to D = 50)",
+                "pilot": (f"one adaptive pilot run for every run ({used})" if used else
+                          "one full-size adaptive pilot run a group"),
                 "draws_per_run": draws, "seed": SEED,
                 "run_seeds": [SEED + SMC_SEED_OFFSET + 1000 * (k - k % group) for k in range(runs)]}
     g = gold.store(entry, data, handoff, results, settings=settings, seed=SEED, draws=draws,
                    is_draws=IS_DRAWS, name=f"{name}-{dataset}", root=store_root,
-                   pilot_seconds=_load_run(pilot_path).seconds if pilot_path.exists() else 0.0)
+                   pilot_seconds=_load_run(ck / used).seconds if used else 0.0)
     v = g.verdict
     print(f"{target}: {'CONVERGED' if v['converged'] else 'NOT CONVERGED: ' + '; '.join(v['reasons'])}"
           f" ({g.provenance['wall_seconds'] / 60:.1f} min) -> {g.path}", file=sys.stderr)

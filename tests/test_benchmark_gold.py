@@ -20,8 +20,10 @@ def test_a_checkpointed_pilot_gives_the_runs_its_kernels_in_memory_give(tmp_path
     dens = correlated_gaussian(0).log_densities()
     pilot = tempered_smc_runs(None, None, None, runs=1, particles=64, mcmc_steps=2, seed=1,
                               pilot=False, log_densities=dens)[0]
-    gold_references._save_run(tmp_path / "pilot.npz", pilot)
+    assert pilot.schedule is not None and pilot.inverse_masses is not None
+    gold_references._save_run(tmp_path / "pilot.npz", pilot, mcmc_steps=2, pilot="p.npz")
     loaded = gold_references._load_run(tmp_path / "pilot.npz")
+    assert gold_references._how_made(tmp_path / "pilot.npz") == {"mcmc_steps": 2, "pilot": "p.npz"}
     for k in ("schedule", "step_sizes", "inverse_masses"):
         np.testing.assert_array_equal(getattr(loaded, k), getattr(pilot, k))
     assert loaded.log_evidence == pilot.log_evidence and loaded.seconds == pilot.seconds

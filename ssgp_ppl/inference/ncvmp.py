@@ -434,7 +434,8 @@ class NCVMPResult(NamedTuple):
     bound: jax.Array  # final L
     iterations: jax.Array  # t (failed attempts of Algorithm 2 count, as in §4)
     converged: jax.Array  # relative increase < tol before max_iter
-    bounds: jax.Array  # (max_iter + 1,) L after each iteration (NaN after the end)
+    bounds: jax.Array  # L after each iteration (NaN after the end): (max_iter + 1,), longer from
+    # continue_x64 (both precisions' bounds)
     step_sizes: jax.Array  # (max_iter + 1,) a_t used at each iteration
     points: jax.Array  # (m, d) the spectral points used (the restart that won)
     budget_reached: jax.Array | None = None  # stopped by max_iter (else by convergence or
@@ -619,16 +620,17 @@ def fit_ncvmp(x, y, point_sets, prior: TanPrior, settings: NCVMPSettings = DEFAU
 def continue_x64(x, y, result: NCVMPResult, prior: TanPrior,
                  settings: NCVMPSettings = DEFAULT_SETTINGS) -> NCVMPResult:
     """A float32 fit (``result`` of :func:`fit_ncvmp` on x, centred y) finished in float64:
-    Algorithm 2 continued from its state with its spectral set and a budget of
-    ``settings.max_iter`` iterations of its own, until the relative increase of L is below
-    ``settings.tol`` in float64.
+    Algorithm 2 continued from its state with its spectral set (the step size a starts again at 1)
+    and a budget of ``settings.max_iter`` iterations of its own, until the relative increase of L
+    is below ``settings.tol`` in float64.
 
     Float32 resolves L only to ~10⁻⁵ of itself (the stop rule's floor, ``ROUNDING_EPS``), 12 times
     the paper's tolerance of 10⁻⁶, and on an ill-conditioned Σ_α (condition number ~10⁵) its
     rounding noise is larger still: float32 fits stop where Algorithm 2 still gains (tan_va:
     0.02 nats on pendulum, 0.12 on Auto-MPG; tan_local's neighbourhoods: 0.05 median, up to 4).
     Host-side (the arrays are cast inside ``jax.enable_x64``); returns the fit in ``x``'s dtype,
-    with ``iterations`` and ``bounds`` of both precisions."""
+    with ``iterations`` and ``bounds`` of both precisions (the bounds of a fit with restarts omit
+    the restarts' iterations, as :func:`fit_ncvmp`'s do)."""
     dt = np.asarray(x).dtype
     with jax.enable_x64(True):
         c = lambda a: jnp.asarray(np.asarray(a), jnp.float64)  # noqa: E731
@@ -731,6 +733,5 @@ def check_data(x, y, m: int):
 
 __all__ = ["DEFAULT_SETTINGS", "NCVMPResult", "NCVMPSettings", "NCVMPState", "TanPrior",
            "check_data", "continue_x64", "expected_features", "expected_gram", "expected_residual",
-           "fit_ncvmp",
-           "init_state", "log_q", "lower_bound", "moments", "noise_moments", "predictive",
+           "fit_ncvmp", "init_state", "log_q", "lower_bound", "moments", "noise_moments", "predictive",
            "sample_q", "spectral_sets", "tan_prior"]

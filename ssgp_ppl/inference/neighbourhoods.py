@@ -43,8 +43,7 @@ class LocalResult(NamedTuple):
     bound: np.ndarray  # L of the fit predicted from
     iterations: np.ndarray  # of both precisions where a float32 fit was finished in float64
     neighbours: np.ndarray  # (n*, k) training rows of the fit predicted from
-    converged: np.ndarray  # (n*,) bool: the fit predicted from converged by NCVMP's bound rule
-    # (in float64: a float32 fit is finished in float64)
+    converged: np.ndarray  # (n*,) bool: the fit predicted from converged by NCVMP's rule, in float64
     converged_euclidean: np.ndarray  # (n*,) bool: M₁ converged (its μ_λ picks M₂'s neighbours)
 
 
@@ -140,7 +139,9 @@ def local_predict(x_train, y_train, x_test, prior: ncvmp.TanPrior, *, m: int, k:
                                     jax.tree.map(f64, states), f64(x_test[pad]),
                                     jax.tree.map(f64, prior), settings)
                 fin = [np.asarray(r) for r in fin]
-            fin[4] = fin[4] + np.asarray(res[4])  # iterations of both precisions
+            # the float32 run's dtype (as continue_x64 returns); iterations of both precisions
+            fin[:4] = [np.asarray(r, dtype) for r in fin[:4]]
+            fin[4] = fin[4] + np.asarray(res[4])
             res = fin
         return [np.asarray(r)[: len(rows)] for r in res]
 

@@ -28,7 +28,8 @@ class NCVMPMethodSettings(Settings):
                              "steps)", choices=(1, 2))
     rho: float = setting((int, float), 1.5, "Algorithm 2: step-size growth factor ρ", low=1,
                          open_low=True)
-    max_iter: int = setting(int, 500, "maximum iterations (§4)", low=1)
+    max_iter: int = setting(int, 500, "maximum iterations (§4); a float32 fit, finished in "
+                           "float64, has this budget in each precision", low=1)
     tol: float = setting((int, float), 1e-6, "relative increase of the bound to stop (§4)", low=0)
     restarts: int = setting(int, 10, "spectral sets tried at the start (§7: ten)", low=1)
     restart_iters: int = setting(int, 2, "iterations per tried set before keeping the best (§7)",
@@ -110,11 +111,11 @@ class NCVMPMethod(Method):
         given = inputs is not None and inputs.spectral_points is not None
         sets = spec.spectral_points[None] if given else spectral_candidates(entry, spec, s.restarts)
         ybar = jnp.mean(y)
-        what = (f"{entry.name}: NCVMP ({settings.algorithm}) on {len(sets)} spectral set"
-                f"{'s' if len(sets) > 1 else ''}, at most {settings.max_iter} iterations in one "
-                "compiled run")
         finish = x.dtype != jnp.float64  # float32 stops short of the tolerance (continue_x64)
-        with status.step(what + (", finished in float64" if finish else ""), progress):
+        what = (f"{entry.name}: NCVMP ({settings.algorithm}) on {len(sets)} spectral set"
+                f"{'s' if len(sets) > 1 else ''}, at most {settings.max_iter} iterations"
+                + (f" in float32, then at most {settings.max_iter} in float64" if finish else ""))
+        with status.step(what, progress):
             res = ncvmp.fit_ncvmp(x, y - ybar, sets, prior, settings)
             if finish:
                 res = ncvmp.continue_x64(x, y - ybar, res, prior, settings)
