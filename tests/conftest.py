@@ -4,10 +4,15 @@ import os
 import signal
 from pathlib import Path
 
-# JAX's persistent compilation cache, shared by both xdist workers and every subprocess they start
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+# JAX's persistent compilation cache, shared by each xdist worker with every subprocess it starts
 # (CLI runs, notebook kernels, the README job): most of the suite's time is XLA compiling the same
 # fits of the same entries on the same data; a clean clone starts it empty. Set before JAX starts.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
+# One folder per worker: without an eviction limit JAX's file cache writes an entry in place and
+# reads one without a lock, so a worker could read an entry the other was still writing and
+# segfault deserialising it (seen in compilation_cache.get_executable_and_time).
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      str(Path(__file__).resolve().parents[1] / ".jax_cache" / (_worker or "main")))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # one OpenBLAS thread (jaxlib's CPU LAPACK kernels): its spinning threads against the other worker
 # made QR/Cholesky steps 20-100x slower (ssgp_ppl/__init__.py; set before numpy loads)
@@ -16,7 +21,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # Each xdist worker (and the CLI / notebook subprocesses it starts, which inherit this) on a core of
 # its own: XLA's CPU thread pool sizes itself to the machine, and two workers' pools on 2 cores
 # made vmapped fits erratic: the β-selection CLI test took 23 s in one run, 346 s in another; 36 s pinned.
-_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _worker.startswith("gw") and hasattr(os, "sched_setaffinity"):
     _cpus = sorted(os.sched_getaffinity(0))
     if len(_cpus) >= 2:
