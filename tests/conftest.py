@@ -11,8 +11,10 @@ _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 # One folder per worker: without an eviction limit JAX's file cache writes an entry in place and
 # reads one without a lock, so a worker could read an entry the other was still writing and
 # segfault deserialising it (seen in compilation_cache.get_executable_and_time).
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                      str(Path(__file__).resolve().parents[1] / ".jax_cache" / (_worker or "main")))
+_cache = Path(__file__).resolve().parents[1] / ".jax_cache"
+# (the xdist controller sets the "main" folder first and its workers inherit it: each replaces it)
+if os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_cache / "main")) == str(_cache / "main"):
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_cache / (_worker or "main"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # one OpenBLAS thread (jaxlib's CPU LAPACK kernels): its spinning threads against the other worker
 # made QR/Cholesky steps 20-100x slower (ssgp_ppl/__init__.py; set before numpy loads)
