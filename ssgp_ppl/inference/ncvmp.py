@@ -619,18 +619,36 @@ def fit_ncvmp(x, y, point_sets, prior: TanPrior, settings: NCVMPSettings = DEFAU
 
 def continue_x64(x, y, result: NCVMPResult, prior: TanPrior,
                  settings: NCVMPSettings = DEFAULT_SETTINGS) -> NCVMPResult:
-    """A float32 fit (``result`` of :func:`fit_ncvmp` on x, centred y) finished in float64:
-    Algorithm 2 continued from its state with its spectral set (the step size a starts again at 1)
-    and a budget of ``settings.max_iter`` iterations of its own, until the relative increase of L
-    is below ``settings.tol`` in float64.
+    """A float32 fit finished in float64: Algorithm 2 continued from its state with its spectral
+    set (the step size a starts again at 1) until the relative increase of L is below
+    ``settings.tol`` in float64.
 
     Float32 resolves L only to ~10⁻⁵ of itself (the stop rule's floor, ``ROUNDING_EPS``), 12 times
     the paper's tolerance of 10⁻⁶, and on an ill-conditioned Σ_α (condition number ~10⁵) its
     rounding noise is larger still: float32 fits stop where Algorithm 2 still gains (tan_va:
     0.02 nats on pendulum, 0.12 on Auto-MPG; tan_local's neighbourhoods: 0.05 median, up to 4).
-    Host-side (the arrays are cast inside ``jax.enable_x64``); returns the fit in ``x``'s dtype,
-    with ``iterations`` and ``bounds`` of both precisions (the bounds of a fit with restarts omit
-    the restarts' iterations, as :func:`fit_ncvmp`'s do)."""
+    Host-side: the arrays are cast inside ``jax.enable_x64``.
+
+    Parameters
+    ----------
+    x
+        (n, d) inputs, scaled, as the float32 fit had them.
+    y
+        (n,) centred targets.
+    result
+        The float32 fit (`fit_ncvmp`'s `NCVMPResult`).
+    prior
+        The prior (`tan_prior`).
+    settings
+        The solver's settings; the float64 stage has ``max_iter`` iterations of its own.
+
+    Returns
+    -------
+    NCVMPResult
+        The finished fit in ``x``'s dtype: ``converged`` and ``budget_reached`` by the float64
+        stage, ``iterations``, ``bounds`` and ``step_sizes`` of both precisions (the bounds of a
+        fit with restarts omit the restarts' iterations, as `fit_ncvmp`'s do).
+    """
     dt = np.asarray(x).dtype
     with jax.enable_x64(True):
         c = lambda a: jnp.asarray(np.asarray(a), jnp.float64)  # noqa: E731
