@@ -2,20 +2,16 @@
 
 import os
 import signal
-from pathlib import Path
 
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-# JAX's persistent compilation cache, shared by each xdist worker with every subprocess it starts
-# (CLI runs, notebook kernels, the README job): most of the suite's time is XLA compiling the same
-# fits of the same entries on the same data; a clean clone starts it empty. Set before JAX starts.
-# One folder per worker: without an eviction limit JAX's file cache writes an entry in place and
-# reads one without a lock, so a worker could read an entry the other was still writing and
-# segfault deserialising it (seen in compilation_cache.get_executable_and_time).
-_cache = Path(__file__).resolve().parents[1] / ".jax_cache"
-# (the xdist controller sets the "main" folder first and its workers inherit it: each replaces it)
-if os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_cache / "main")) == str(_cache / "main"):
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_cache / (_worker or "main"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# JAX's persistent compilation cache off, for each xdist worker and every subprocess it starts
+# (CLI runs, notebook kernels, the README job), unless the environment turns it on: on 2 cores its
+# a worker segfaulted in four full runs with it on (in put_executable_and_time, in compilation, in
+# get_executable_and_time), with one folder shared by both workers and with one folder per worker
+# alike: its entries are zlib streams, whose checksum makes a torn file an error, not a crash; XLA's
+# serialisation of large CPU executables is the suspect. A fresh clone starts it empty anyway.
+# Set before JAX starts.
+os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 # one OpenBLAS thread (jaxlib's CPU LAPACK kernels): its spinning threads against the other worker
 # made QR/Cholesky steps 20-100x slower (ssgp_ppl/__init__.py; set before numpy loads)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
