@@ -5,7 +5,7 @@ import signal
 
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 # JAX's persistent compilation cache off, for each xdist worker and every subprocess it starts
-# (CLI runs, notebook kernels, the README job), unless the environment turns it on: on 2 cores its
+# (CLI runs, notebook kernels, the README job), unless the environment turns it on: on 2 cores
 # a worker segfaulted in four full runs with it on (in put_executable_and_time, in compilation, in
 # get_executable_and_time), with one folder shared by both workers and with one folder per worker
 # alike: its entries are zlib streams, whose checksum makes a torn file an error, not a crash; XLA's
