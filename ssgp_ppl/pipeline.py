@@ -76,9 +76,12 @@ def fit(entry: CatalogEntry, data: Dataset, method: str | None = None, *, seed: 
     ``checkpoint`` (methods that checkpoint): saved / resumed as
     :func:`~ssgp_ppl.inference.runners.run_svi` says, its fingerprint this run's. ``client`` (a
     ``distributed.Client``): the test predictions, and the local fits, run in chunks on it.
+    A process near the kernel's memory-map limit first drops JAX's compiled programs
+    (:func:`ssgp_ppl.runtime.resources.release_compiled`).
     """
     m = methods.get(method or entry.methods[0])
     seed = check_seed(seed)
+    resources.release_compiled()
     entry = sizing.resolve(entry, data, budget=budget, seed=seed, steps=steps, method=m.name,
                            progress=progress)
     needs = resources.check(entry, data.n_train, data.n_features, data.n_test, m.name, force=force)

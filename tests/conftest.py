@@ -5,12 +5,8 @@ import signal
 
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 # JAX's persistent compilation cache off, for each xdist worker and every subprocess it starts
-# (CLI runs, notebook kernels, the README job), unless the environment turns it on: on 2 cores
-# a worker segfaulted in four full runs with it on (in put_executable_and_time, in compilation, in
-# get_executable_and_time), with one folder shared by both workers and with one folder per worker
-# alike: its entries are zlib streams, whose checksum makes a torn file an error, not a crash; XLA's
-# serialisation of large CPU executables is the suspect. A fresh clone starts it empty anyway.
-# Set before JAX starts.
+# (CLI runs, notebook kernels, the README job), unless the environment turns it on: a fresh clone
+# starts it empty, and it saved about 5 of the suite's 40 minutes on 2 cores. Set before JAX starts.
 os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 # one OpenBLAS thread (jaxlib's CPU LAPACK kernels): its spinning threads against the other worker
 # made QR/Cholesky steps 20-100x slower (ssgp_ppl/__init__.py; set before numpy loads)
@@ -29,6 +25,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from ssgp_ppl.data import datasets  # noqa: E402
+from ssgp_ppl.runtime import resources  # noqa: E402
 
 LONGEST = ("test_docs.py::test_docs_site_builds", "test_smc.py::test_multimodal",
            "test_docs.py::test_python_examples", "test_readme.py::test_main_job",
@@ -68,6 +65,16 @@ def _sigint_handler_restored(request):
         if os.environ.get("SSGP_PPL_SIGINT_LOG"):
             with open(os.environ["SSGP_PPL_SIGINT_LOG"], "a") as f:
                 f.write(f"{request.node.nodeid}: {before!r} -> {after!r}\n")
+
+
+@pytest.fixture(autouse=True)
+def _compiled_programs_released():
+    """After each test, JAX's compiled programs are dropped once the worker holds half the
+    kernel's memory maps (:func:`ssgp_ppl.runtime.resources.release_compiled`): an xdist worker
+    that compiles for half an hour reaches vm.max_map_count (65,530) and its next compilation
+    segfaults inside XLA (seen at 40,000 maps and growing, in a compare test's NUTS)."""
+    yield
+    resources.release_compiled()
 
 
 @pytest.fixture

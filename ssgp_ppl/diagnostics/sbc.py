@@ -50,6 +50,7 @@ from ssgp_ppl.diagnostics import gold, invariants
 from ssgp_ppl.errors import SSGPError
 from ssgp_ppl.inference import methods
 from ssgp_ppl.model import spectral
+from ssgp_ppl.runtime import resources
 
 ROWS = 40  # design points of a simulation (evenly spaced training rows of the data set)
 SMALL_SETTINGS = ("m=6",)  # so that one simulation takes seconds
@@ -938,6 +939,7 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
         raise SSGPError(f"batch must be a positive integer, got {batch!r}")
     if max_minutes is not None and not max_minutes > 0:
         raise SSGPError(f"max_minutes must be positive, got {max_minutes!r}")
+    resources.release_compiled()  # a benchmark runs many entries in one process
     des = design(entry, data, rows=rows, settings=settings)
     names = check_methods(des.entry, methods_)
     if not names:

@@ -69,6 +69,42 @@ def memory_bytes() -> float:
         return float("inf")
 
 
+MAPS_SHARE = 0.5  # release_compiled: the share of the kernel's memory-map limit that triggers it
+
+
+def memory_maps() -> tuple[int, int] | None:
+    """(memory maps this process holds, the kernel's limit ``vm.max_map_count``), or None where
+    the system does not say (not Linux)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            held = f.read().count(b"\n")
+        with open("/proc/sys/vm/max_map_count") as f:
+            return held, int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def release_compiled(share: float = MAPS_SHARE) -> bool:
+    """Drop JAX's compiled programs (``jax.clear_caches()``) once this process holds more than
+    ``share`` of the memory maps the kernel allows; True if it did.
+
+    Every compiled XLA:CPU program keeps memory maps of its own until its caches let it go. A
+    long process that compiles thousands of fits (a benchmark over many entries, a test worker)
+    reaches ``vm.max_map_count`` (65,530 by default), and the next compilation then dies with a
+    segmentation fault inside XLA instead of an error. Programs dropped here are compiled again
+    when next called."""
+    import gc
+
+    import jax
+
+    maps = memory_maps()
+    if maps is None or maps[0] <= share * maps[1]:
+        return False
+    jax.clear_caches()
+    gc.collect()
+    return True
+
+
 def check(entry, n: int, d: int, n_test: int, method: str, *, force: bool = False) -> Needs:
     """Refuse a fit whose estimate exceeds 80% of the machine's memory, unless ``force``."""
     needs = estimate(entry, n, d, n_test, method)
@@ -84,4 +120,5 @@ def check(entry, n: int, d: int, n_test: int, method: str, *, force: bool = Fals
     return needs
 
 
-__all__ = ["Needs", "check", "draws", "estimate", "memory_bytes"]
+__all__ = ["MAPS_SHARE", "Needs", "check", "draws", "estimate", "memory_bytes", "memory_maps",
+           "release_compiled"]
