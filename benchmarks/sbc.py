@@ -15,7 +15,7 @@ log-likelihood: :data:`FIGURE_QUANTITIES`) go to ``reports/sbc/<entry>.png`` for
 page; ``--figures`` draws them again from the runs' DataTrees without fitting anything.
 
 Usage: python benchmarks/sbc.py [--entries ...] [--sims 200] [--data pendulum]
-       [--max-minutes 15] [--out reports/sbc.json] [--runs runs/sbc] [--resume]
+       [--max-minutes 15] [--out reports/sbc.json] [--runs runs/sbc] [--resume] [--workers 2]
        [--set svi.steps=5000 ...] [--figures]
 """
 
@@ -88,7 +88,13 @@ def main(argv=None) -> int:
     p.add_argument("--max-minutes", type=float, default=15.0, help="per entry")
     p.add_argument("--out", default="reports/sbc.json")
     p.add_argument("--runs", default="runs/sbc", help="each entry's checkpointed run")
-    p.add_argument("--resume", action="store_true")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the runs in --runs from their checkpoints; records in --out are "
+                   "kept, except those of the entries named in --entries, which are written anew")
+    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0))
+                   if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                   help="processes running an entry's batches side by side, a core each "
+                   "(default: every core this process may use)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--figures", action="store_true",
@@ -103,9 +109,12 @@ def main(argv=None) -> int:
         return 0
     doc = {"sims": args.sims, "data": args.data, "max_minutes": args.max_minutes,
            "settings": list(sbc.SMALL_SETTINGS) + args.sets, "machine": platform.machine(),
-           "cpus": os.cpu_count(), "records": []}
+           "cpus": os.cpu_count(), "workers": args.workers, "records": []}
     if args.resume and out.exists():
         doc["records"] = json.loads(out.read_text())["records"]
+    named = set(args.entries or ())
+    earlier = {r["entry"]: r for r in doc["records"]}  # a resumed run adds its earlier seconds
+    doc["records"] = [r for r in doc["records"] if r["entry"] not in named]
     done = {r["entry"] for r in doc["records"]}
     for name in args.entries or latent_entries():
         if name in done:
@@ -116,8 +125,11 @@ def main(argv=None) -> int:
         res = sbc.run(name, args.data, sims=args.sims, out=run_dir,
                       settings=tuple(sbc.SMALL_SETTINGS) + tuple(args.sets),
                       max_minutes=args.max_minutes, resume=resume,
-                      progress=not args.no_progress)
-        rec = record(name, res, time.perf_counter() - t0)
+                      progress=not args.no_progress, workers=args.workers)
+        seconds = time.perf_counter() - t0
+        if resume and name in earlier and earlier[name]["sims_done"] < earlier[name]["sims"]:
+            seconds += earlier[name]["seconds"]
+        rec = {**record(name, res, seconds), "workers": args.workers}
         doc["records"].append(rec)
         save_figure(name, res, figures)
         write_json(out, doc)

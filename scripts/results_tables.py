@@ -534,8 +534,8 @@ def sbc() -> str:
     """reports/sbc.json (benchmarks/sbc.py) as a Markdown table: per entry and SBC method, the
     quantities read calibrated, seconds per simulation, the fits that converged (VI: the stop
     rule; NCVMP: its bound; the reference: every temperature reached and no divergent NUTS
-    transition) and that failed, and the quantities that were not calibrated (with their
-    reading)."""
+    transition, R-hat of the chains at most 1.01) and that failed, and the quantities that were
+    not calibrated (with their reading)."""
     records = _sbc_records()
     if records is None:
         return "*Not generated yet: run `python benchmarks/sbc.py` (writes `reports/sbc.json`).*"
@@ -578,8 +578,11 @@ TABLES = {
             "method that applies; a quantity is calibrated when the ECDF of its ranks stays in "
             "the 99% simultaneous band and the χ² test does not reject at 1% "
             "([Simulation-based calibration](../guide/sbc.md)). A fit converged when VI's stop "
-            "rule or NCVMP's bound said so, and for the reference when its SMC reached every "
-            "temperature and no NUTS transition diverged.", sbc),
+            "rule or NCVMP's bound (in float64) said so, and for the reference when its SMC "
+            "reached every temperature, no NUTS transition diverged and the rank R-hat of its "
+            "chains' log density is at most 1.01. Seconds per simulation are those of the "
+            "process that ran it: entries run with `--workers 2` (two processes, a core each) "
+            "take about half of that in wall time.", sbc),
     "step-time": ("Time per optimisation step",
                   "`python benchmarks/step_time.py --plain-loop` (`reports/performance/"
                   "step_time.json`): milliseconds per SVI / ML step of each catalog entry on "

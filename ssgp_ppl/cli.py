@@ -319,6 +319,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="simulations per compiled batch (default 20)")
     b.add_argument("--max-minutes", type=float, metavar="MIN",
                    help="stop before a batch that would end past MIN minutes")
+    b.add_argument("--workers", type=_positive, default=1,
+                   help="processes running batches side by side, a CPU core each (default 1)")
     b.add_argument("--resume", action="store_true", dest="sbc_resume",
                    help="continue the run whose checkpoint is in --out")
     b.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
@@ -719,7 +721,7 @@ def cmd_sbc(args) -> int:
             res = sbc.run(args.model, args.data, sims=args.sims, methods_=args.methods, out=out,
                           seed=args.seed, draws=args.draws, rows=args.rows, settings=settings,
                           batch=args.batch, max_minutes=args.max_minutes, resume=args.sbc_resume,
-                          progress=not args.no_progress)
+                          progress=not args.no_progress, workers=args.workers)
     except KeyboardInterrupt:
         print(f"ssgp-ppl: stopped; the finished batches are in {out / sbc.CHECKPOINT}; continue "
               f"with the same command and --resume", file=sys.stderr)

@@ -35,6 +35,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -608,7 +609,9 @@ class _Screen:
 
 class NCVMPFit(SBCMethod):
     name = "ncvmp"
-    description = "Tan et al. 2016's NCVMP (Algorithm 2), §7's restarts"
+    version = 2  # float32 fits finished in float64 (the 1e-6 stop rule)
+    description = ("Tan et al. 2016's NCVMP (Algorithm 2), §7's restarts; float32 fits finished "
+                   "in float64")
 
     def applies(self, entry) -> bool:
         from ssgp_ppl.inference.methods.ncvmp import NCVMPMethod
@@ -630,30 +633,61 @@ class NCVMPFit(SBCMethod):
         sets = spectral_candidates(des.entry, spec, max(s.restarts, paths))
         how = s.combine
 
+        finish = x.dtype == jnp.float32  # Algorithm 2's 1e-6 rule needs float64 (continue_x64)
+
         @jax.jit
-        def fit(y, keys):
-            def one(yy, key):
+        def fit(y):
+            def one(yy):
                 ybar = jnp.mean(yy)
                 if paths > 1:  # each of the first K sets fitted to convergence
                     res = jax.vmap(lambda p: ncvmp.fit_ncvmp(x, yy - ybar, p[None], prior,
                                                              settings))(sets[:paths])
-                    q = jax.vmap(lambda st, kk: ncvmp.sample_q(kk, st, n, m, prior, draws))(
-                        res.state, jax.random.split(key, paths))
-                    freq = jax.vmap(lambda pts, lam: spectral.frequencies_from_spectral_points(
-                        pts, lam[:, None, :]))(res.points, q["inverse_lengthscales"])
                 else:
                     res = ncvmp.fit_ncvmp(x, yy - ybar, sets[:s.restarts], prior, settings)
-                    q = ncvmp.sample_q(key, res.state, n, m, prior, draws)
-                    freq = spectral.frequencies_from_spectral_points(
-                        res.points, q["inverse_lengthscales"][:, None, :])
-                sites = {"frequencies": freq, "signal": q["signal"], "noise": q["noise"],
-                         "nuisance": q["nuisance"]}
-                return sites, ybar, res.converged, res.bound
+                return res.state, res.points, ybar, res.converged, res.bound
 
-            return jax.vmap(one)(y, keys)
+            return jax.vmap(one)(y)
+
+        @jax.jit
+        def fit64(x64, y, ybar, state, points, prior64):
+            """The float32 fits continued in float64 from their states with their spectral sets
+            (as :func:`ssgp_ppl.inference.ncvmp.continue_x64`, vmapped)."""
+            def one(yy, yb, st, pts):
+                r = ncvmp.fit_ncvmp(x64, yy - yb, pts[None], prior64, settings, init=st)
+                return r.state, r.converged, r.bound
+
+            if paths > 1:
+                one = jax.vmap(one, in_axes=(None, None, 0, 0))
+            return jax.vmap(one)(y, ybar, state, points)
+
+        @jax.jit
+        def sample(state, points, keys):
+            def one(st, pts, key):
+                if paths > 1:
+                    q = jax.vmap(lambda st1, kk: ncvmp.sample_q(kk, st1, n, m, prior, draws))(
+                        st, jax.random.split(key, paths))
+                    freq = jax.vmap(lambda p, lam: spectral.frequencies_from_spectral_points(
+                        p, lam[:, None, :]))(pts, q["inverse_lengthscales"])
+                else:
+                    q = ncvmp.sample_q(key, st, n, m, prior, draws)
+                    freq = spectral.frequencies_from_spectral_points(
+                        pts, q["inverse_lengthscales"][:, None, :])
+                return {"frequencies": freq, "signal": q["signal"], "noise": q["noise"],
+                        "nuisance": q["nuisance"]}
+
+            return jax.vmap(one)(state, points, keys)
 
         def run(y, keys):
-            sites, ybar, conv, bound = fit(jnp.asarray(y), _draw_keys(keys))
+            state, points, ybar, conv, bound = fit(jnp.asarray(y))
+            if finish:
+                with jax.enable_x64(True):
+                    c = lambda a: jnp.asarray(np.asarray(a), jnp.float64)  # noqa: E731
+                    st64, conv, bound = fit64(c(x), c(y), c(ybar), jax.tree.map(c, state),
+                                              c(points), jax.tree.map(c, prior))
+                    st64, conv, bound = jax.tree.map(np.asarray, (st64, conv, bound))
+                state = jax.tree.map(lambda a: jnp.asarray(a, x.dtype) if np.issubdtype(
+                    a.dtype, np.floating) else jnp.asarray(a), st64)
+            sites = sample(state, points, _draw_keys(keys))
             sites = {k: np.asarray(v) for k, v in sites.items()}
             ybar, conv, bound = np.asarray(ybar), np.asarray(conv), np.asarray(bound)
             failed = ~np.isfinite(bound).reshape(len(y), -1).all(axis=1)
@@ -669,7 +703,8 @@ class NCVMPFit(SBCMethod):
             return Batch({k: np.stack([o[k] for o in out]) for k in out[0]}, ybar,
                          conv.all(axis=1), failed, np.stack(weights))
 
-        run.compiled = lambda: {"ncvmp": fit._cache_size()}
+        run.compiled = lambda: {"ncvmp": fit._cache_size(), "float64": fit64._cache_size(),
+                                "draws": sample._cache_size()}
         return run
 
 
@@ -896,10 +931,160 @@ def _load(path: Path, fp: dict) -> dict:
     return state
 
 
+class _Job(NamedTuple):
+    """What a batch of an SBC run needs, picklable for a worker process: the simulated ỹ
+    (N, n) and the test quantities' true values (N, Q) of the run; ``key``, the run's
+    fingerprint, by which a worker knows its job."""
+    des: Design
+    names: list
+    sims: int
+    seed: int
+    draws: int
+    batch: int
+    y: np.ndarray
+    truth: np.ndarray
+    key: str
+
+    def run_batch(self, b: int, programs: dict, progress: bool = False) -> dict:
+        """Batch ``b``: per method, the ranks (method, simulation, quantity) of its
+        simulations, converged and failed fits and its seconds. ``programs``: this process's
+        compiled method programs, filled on first use."""
+        des, names, batch, tq = self.des, self.names, self.batch, self.truth
+        idx = np.arange(b * batch, min((b + 1) * batch, self.sims))
+        full = np.resize(idx, batch)  # a short last batch padded: the same compiled program
+        keys = sim_keys(self.seed, full)
+        y = self.y[full]
+        out = {"ranks": np.full((len(names), len(idx), tq.shape[-1]), np.nan),
+               "converged": np.zeros((len(names), len(idx)), bool),
+               "failed": np.zeros((len(names), len(idx)), bool),
+               "seconds": np.zeros(len(names))}
+        for mi, name in enumerate(names):
+            if name not in programs:
+                programs[name] = program(name, des, self.draws, progress=progress)
+            t0 = time.perf_counter()
+            res = programs[name](y, keys)
+            _, pq = quantities(des.spec, des.x, res.sites, y, res.y_centre)
+            for j, i in enumerate(idx):
+                rng = np.random.default_rng([self.seed, int(i), mi])
+                out["ranks"][mi, j] = np.nan if res.failed[j] else ranks(pq[j], tq[i], rng)
+                out["converged"][mi, j] = res.converged[j]
+                out["failed"][mi, j] = res.failed[j]
+            out["seconds"][mi] = time.perf_counter() - t0
+        return out
+
+
+_WORKER: dict = {}  # a worker process's job: its key, simulations and compiled programs
+
+
+def _worker_start(shares, x64: bool) -> None:
+    """A worker process on its share of the cores (the next of ``shares``, a queue of core
+    sets; None: not pinned), in the parent's float width, before JAX starts its CPU backend.
+    SIGINT is the parent's to handle: it stops the workers."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    share = shares.get()
+    if share is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, share)
+    jax.config.update("jax_enable_x64", x64)
+
+
+def _worker_batch(job: _Job, b: int) -> tuple[dict, dict]:
+    """Batch ``b`` of ``job`` in a worker process, and its compiled programs' cache sizes."""
+    if _WORKER.get("key") != job.key:
+        _WORKER.clear()
+        _WORKER.update(key=job.key, programs={})
+    out = job.run_batch(b, _WORKER["programs"])
+    return out, {name: p.compiled() for name, p in _WORKER["programs"].items()}
+
+
+def _run_parallel(job: _Job, todo: list, workers: int, cores: list, keep: Callable,
+                  past_bound: Callable, max_minutes) -> tuple[str | None, dict]:
+    """Batches ``todo`` over ``workers`` spawned processes, each pinned to an equal share of
+    ``cores``; each finished batch is kept (checkpointed) as it comes, also when another fails
+    or the run is interrupted. A new batch is not started past the time bound. Returns (why it
+    stopped early or None, the workers' compiled programs' cache sizes, the largest of each);
+    the processes end with the run."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    ctx = multiprocessing.get_context("spawn")
+    shares = ctx.Queue()
+    for i in range(workers):  # an equal share of the cores each; more workers than cores share
+        if cores[0] is None:
+            shares.put(None)
+        elif workers <= len(cores):
+            shares.put({int(c) for c in np.array_split(np.asarray(cores), workers)[i]})
+        else:
+            shares.put({int(cores[i % len(cores)])})
+    env = {"OPENBLAS_NUM_THREADS": "1"}
+    old = {k: os.environ.get(k) for k in env}
+    stopped, compiled, pool, running = None, {}, None, {}
+
+    def collect(futures) -> None:
+        """Keep every batch of ``futures`` that finished well, then raise the first error."""
+        error = None
+        for fut in futures:
+            b = running.pop(fut)
+            if fut.cancelled():
+                continue
+            if fut.exception() is not None:
+                error = error or fut.exception()
+                continue
+            out, progs = fut.result()
+            for name, sizes in progs.items():
+                compiled[name] = {k: max(v, compiled.get(name, {}).get(k, 0))
+                                  for k, v in sizes.items()}
+            keep(b, out)
+        if error is not None:
+            raise error
+
+    try:
+        os.environ.update(env)  # the spawned workers inherit it before numpy loads
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_start,
+                                   initargs=(shares, bool(jax.config.read("jax_enable_x64"))))
+        queue = list(todo)
+        while queue or running:
+            while queue and len(running) < workers:
+                if past_bound():
+                    stopped = f"--max-minutes {max_minutes:g} reached"
+                    queue = []
+                    break
+                b = queue.pop(0)
+                running[pool.submit(_worker_batch, job, b)] = b
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            collect(done)
+    except BaseException:
+        if running:  # an error or an interruption: keep what finished, stop the rest
+            try:
+                collect([f for f in list(running)
+                         if f.done() and not f.cancelled() and f.exception() is None])
+            except BaseException:  # noqa: S110  (a callback's second interruption: stop anyway)
+                pass
+        if pool is not None:
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            pool = None
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return stopped, compiled
+
+
 def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] | None = None,
         out: str | Path | None = None, seed: int = 0, draws: int = DRAWS, rows: int = ROWS,
         settings=SMALL_SETTINGS, batch: int = BATCH, max_minutes: float | None = None,
-        resume: bool = False, progress: bool = True, callback: Callable | None = None) -> Result:
+        resume: bool = False, progress: bool = True, callback: Callable | None = None,
+        workers: int = 1) -> Result:
     """SBC of ``entry``'s methods on the design points of ``data`` (see the module docstring).
 
     Parameters
@@ -925,6 +1110,12 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
         Continue from ``out``'s checkpoint (the same settings; an error otherwise).
     callback
         ``callback(batch_index)`` after each batch is checkpointed.
+    workers
+        Processes that run batches side by side, each pinned to one of the CPU cores this
+        process may use, in turn (more workers than cores share them); 1: batches run here, one
+        after the other. A batch's result
+        depends on its simulations' indices alone, so the ranks are those of one process. Each
+        worker compiles the methods' programs once.
 
     Returns
     -------
@@ -939,6 +1130,8 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
         raise SSGPError(f"batch must be a positive integer, got {batch!r}")
     if max_minutes is not None and not max_minutes > 0:
         raise SSGPError(f"max_minutes must be positive, got {max_minutes!r}")
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise SSGPError(f"workers must be a positive integer, got {workers!r}")
     resources.release_compiled()  # a benchmark runs many entries in one process
     des = design(entry, data, rows=rows, settings=settings)
     names = check_methods(des.entry, methods_)
@@ -971,45 +1164,47 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
 
     bar = tqdm(total=sims, initial=int(state["done"].sum()) * batch if n_batches else 0,
                desc=f"sbc {des.entry.name}", disable=not progress, leave=False)
+    todo = [b for b in range(n_batches) if not state["done"][b]]
+    job = _Job(des, names, sims, seed, draws, batch, np.asarray(truth["y"]), tq,
+               json.dumps(fp, sort_keys=True))
+
+    def keep(b: int, out: dict) -> None:
+        idx = np.arange(b * batch, min((b + 1) * batch, sims))
+        state["ranks"][:, idx] = out["ranks"]
+        state["converged"][:, idx] = out["converged"]
+        state["failed"][:, idx] = out["failed"]
+        state["seconds"][:, b] = out["seconds"]
+        state["done"][b] = True
+        if ckpt is not None:
+            _save(ckpt, fp, state)
+        bar.update(len(idx))
+        if callback is not None:
+            callback(b)
+
+    def past_bound() -> bool:
+        elapsed = (time.perf_counter() - t_start) / 60
+        last = state["seconds"].sum(axis=0).max() / 60
+        return max_minutes is not None and elapsed + last > max_minutes
+
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [None]
+    workers = min(workers, max(1, len(todo)))
+    worker_programs: dict = {}
     try:
-        for b in range(n_batches):
-            if state["done"][b]:
-                continue
-            elapsed = (time.perf_counter() - t_start) / 60
-            last = state["seconds"].sum(axis=0).max() / 60
-            if max_minutes is not None and elapsed + last > max_minutes:
-                stopped = f"--max-minutes {max_minutes:g} reached"
-                break
-            idx = np.arange(b * batch, min((b + 1) * batch, sims))
-            full = np.resize(idx, batch)  # a short last batch padded: the same compiled program
-            keys = sim_keys(seed, full)
-            y = truth["y"][full]
-            for mi, name in enumerate(names):
-                if name not in programs:
-                    programs[name] = program(name, des, draws, progress=progress)
-                t0 = time.perf_counter()
-                res = programs[name](y, keys)
-                _, pq = quantities(des.spec, des.x, res.sites, y, res.y_centre)
-                for j, i in enumerate(idx):
-                    rng = np.random.default_rng([seed, int(i), mi])
-                    state["ranks"][mi, i] = ranks(pq[j], tq[i], rng)
-                    state["converged"][mi, i] = res.converged[j]
-                    state["failed"][mi, i] = res.failed[j]
-                    if res.failed[j]:
-                        state["ranks"][mi, i] = np.nan
-                state["seconds"][mi, b] = time.perf_counter() - t0
-            state["done"][b] = True
-            if ckpt is not None:
-                _save(ckpt, fp, state)
-            bar.update(len(idx))
-            if callback is not None:
-                callback(b)
+        if workers == 1:
+            for b in todo:
+                if past_bound():
+                    stopped = f"--max-minutes {max_minutes:g} reached"
+                    break
+                keep(b, job.run_batch(b, programs, progress))
+        else:
+            stopped, worker_programs = _run_parallel(job, todo, workers, cores, keep, past_bound,
+                                                     max_minutes)
     finally:
         bar.close()
     done_mask = np.zeros(sims, bool)
     for b in np.flatnonzero(state["done"]):
         done_mask[b * batch:min((b + 1) * batch, sims)] = True
-    compiled = {name: p.compiled() for name, p in programs.items()}
+    compiled = {**worker_programs, **{name: p.compiled() for name, p in programs.items()}}
     tree = to_datatree(des, names, qnames, state, done_mask, tq, truth, draws=draws, seed=seed,
                        batch=batch, stopped=stopped, compiled=compiled)
     summ, reads = summarize(tree)

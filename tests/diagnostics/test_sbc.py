@@ -2,12 +2,15 @@
 draws and fails for an over-confident or too wide one), vmapped batches against one-by-one runs,
 one compiled program for every batch, the CLI, and resuming."""
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
 
 from ssgp_ppl.cli import main
 from ssgp_ppl.diagnostics import sbc
+from ssgp_ppl.errors import SSGPError
 
 L = 99
 TINY = ("m=3", "ncvmp.max_iter=30", "ncvmp.restarts=1")
@@ -118,7 +121,7 @@ def test_a_vmapped_batch_equals_its_simulations_one_by_one_and_compiles_once(tan
     prog = sbc.METHODS["ncvmp"].program(des, 19)
     together = prog(truth["y"], keys)
     again = prog(truth["y"][::-1].copy(), keys[::-1])  # another batch: the same program
-    assert prog.compiled() == {"ncvmp": 1}
+    assert prog.compiled() == {"ncvmp": 1, "float64": 1, "draws": 1}
     one = sbc.METHODS["ncvmp"].program(des, 19)
     for i in range(3):
         alone = one(truth["y"][i:i + 1], keys[i:i + 1])
@@ -126,6 +129,62 @@ def test_a_vmapped_batch_equals_its_simulations_one_by_one_and_compiles_once(tan
             np.testing.assert_allclose(v[i], alone.sites[k][0], rtol=5e-3, atol=5e-4)
             np.testing.assert_allclose(again.sites[k][2 - i], v[i], rtol=5e-3, atol=5e-4)
         assert together.y_centre[i] == pytest.approx(truth["y"][i].mean(), rel=1e-5)
+
+
+def test_ncvmp_fits_are_finished_in_float64_as_continue_x64_finishes_one():
+    """A simulation's NCVMP posterior is its float32 fit continued in float64 to the 1e-6 rule
+    (ncvmp.continue_x64), then drawn in the run's width: its convergence flag and draws are
+    those of the single fit finished alone (the catalog's iteration budget: they converge)."""
+    import jax
+
+    from ssgp_ppl.inference import ncvmp
+    from ssgp_ppl.inference.methods.ncvmp import NCVMPMethodSettings, spectral_candidates
+
+    des = sbc.design("tan_va", "pendulum", rows=12, settings=("m=3", "ncvmp.restarts=1"))
+    truth = sbc.simulate(des, 2, seed=2)
+    keys = sbc.sim_keys(2, np.arange(2))
+    got = sbc.METHODS["ncvmp"].program(des, 19)(truth["y"], keys)
+    s = NCVMPMethodSettings.of(des.entry, "ncvmp")
+    prior = ncvmp.tan_prior(des.spec)
+    sets = spectral_candidates(des.entry, des.spec, s.restarts)
+    x = np.asarray(des.x, np.float32)
+    for i in range(2):
+        y = np.asarray(truth["y"][i], np.float32) - np.mean(truth["y"][i])
+        f32 = jax.tree.map(np.asarray, ncvmp.fit_ncvmp(x, y, sets, prior, s.algorithm_settings()))
+        done = ncvmp.continue_x64(x, y, f32, prior, s.algorithm_settings())
+        assert bool(got.converged[i]) == bool(done.converged)
+        q = ncvmp.sample_q(sbc._draw_keys(keys)[i], done.state, len(y), des.spec.m, prior, 19)
+        np.testing.assert_allclose(got.sites["noise"][i], q["noise"], rtol=2e-3)
+        np.testing.assert_allclose(got.sites["signal"][i], q["signal"], rtol=2e-3)
+    assert got.converged.all()
+
+
+def test_batches_over_two_worker_processes_give_the_ranks_of_one_process(tmp_path):
+    """workers=2: the batches run in two spawned processes (this process compiles nothing of
+    them); a batch's ranks depend on its simulations' indices alone, so they equal the
+    one-process run's, also when the run is interrupted after a batch and resumed."""
+    kw = dict(sims=6, methods_=["ncvmp"], rows=12, draws=19, settings=TINY, batch=2,
+              progress=False, seed=4)
+    one = sbc.run("tan_va", "pendulum", **kw)
+    sbc._PROGRAMS.clear()
+
+    def stop(b):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sbc.run("tan_va", "pendulum", workers=2, out=tmp_path / "w", callback=stop, **kw)
+    kept = np.load(tmp_path / "w" / sbc.CHECKPOINT)["done"]
+    assert 1 <= kept.sum() < 3
+    two = sbc.run("tan_va", "pendulum", workers=2, out=tmp_path / "w", resume=True, **kw)
+    assert not sbc._PROGRAMS  # compiled in the workers
+    assert json.loads(two.tree.attrs["compiled_programs"]) == {
+        "ncvmp": {"ncvmp": 1, "float64": 1, "draws": 1}}
+    np.testing.assert_array_equal(np.asarray(one.tree["ranks"]["rank"]),
+                                  np.asarray(two.tree["ranks"]["rank"]))
+    np.testing.assert_array_equal(np.asarray(one.tree["status"]["converged"]),
+                                  np.asarray(two.tree["status"]["converged"]))
+    with pytest.raises(SSGPError, match="workers must be a positive integer"):
+        sbc.run("tan_va", "pendulum", workers=0, **kw)
 
 
 def test_the_reference_batch_is_each_simulations_smc_run_and_compiles_once(x64):
