@@ -546,6 +546,7 @@ def sbc() -> str:
         for m, tally in r["calibrated"].items():
             bad = _grouped_readings([s for s in r["summary"] if s["method"] == m])
             sims = f"{r['sims_done']}" + ("" if not r["stopped"] else f" of {r['sims']} (stopped)")
+            sims += f" ({r['workers']} workers)" if r.get("workers", 1) > 1 else ""
             lines.append(f"| `{r['entry']}` | {m} | {sims} | {tally} | "
                          f"{r['seconds_per_simulation'][m]:.2f} | "
                          f"{r['converged'][m]} of {r['sims_done']} | {r['failed'][m]} | "
@@ -581,8 +582,8 @@ TABLES = {
             "rule or NCVMP's bound (in float64) said so, and for the reference when its SMC "
             "reached every temperature, no NUTS transition diverged and the rank R-hat of its "
             "chains' log density is at most 1.01. Seconds per simulation are those of the "
-            "process that ran it: entries run with `--workers 2` (two processes, a core each) "
-            "take about half of that in wall time.", sbc),
+            "process that ran it: an entry run by 2 workers (two processes, a core each) took "
+            "about half of that in wall time.", sbc),
     "step-time": ("Time per optimisation step",
                   "`python benchmarks/step_time.py --plain-loop` (`reports/performance/"
                   "step_time.json`): milliseconds per SVI / ML step of each catalog entry on "
