@@ -343,12 +343,9 @@ def test_compare_with_sbc_exposes_the_result_and_writes_its_section(tmp_path):
     small defaults, its section once in the report, and the result on the Comparison, also when
     read back from the folder.
 
-    The comparison runs in a process of its own, as a user's would: compiling the SBC reference's
-    vmapped SMC and NUTS segfaulted inside XLA (in compilation and in the persistent cache's
-    write) in three full-suite runs of 2 cores, never alone; the crash then takes this test
-    down, not the xdist worker and the tests queued on it."""
+    The comparison runs in a process of its own, as a user's would (a fresh process also
+    starts with none of the worker's memory maps, see resources.release_compiled)."""
     import json
-    import os
     import subprocess
     import sys
 
@@ -356,8 +353,7 @@ def test_compare_with_sbc_exposes_the_result_and_writes_its_section(tmp_path):
     from ssgp_ppl.errors import SSGPError
 
     out = tmp_path / "c"
-    env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
-    proc = subprocess.run([sys.executable, "-c", CHILD_COMPARE_SBC, str(out)], env=env,
+    proc = subprocess.run([sys.executable, "-c", CHILD_COMPARE_SBC, str(out)],
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
