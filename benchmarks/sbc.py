@@ -7,7 +7,10 @@ Per entry: the settings, simulations done (a run stopped by ``--max-minutes`` sa
 per simulation of each method, failed and converged fits, and per method × quantity the χ² p, the
 share of the ECDF outside the 99% simultaneous band and the reading. Each entry's run checkpoints
 after every batch in ``--runs/<entry>``; ``--resume`` continues those runs and skips entries
-already in the JSON. Records are written after each entry (atomically).
+already in the JSON. Records are written after each entry (atomically). The reference's batches
+are kept in ``--store`` (default ``--runs/shared``) and reused by every entry with the same model
+(entries that differ in their guide alone): an entry's record says which methods' simulations it
+took from another entry's run (``shared``), with that run's seconds.
 
 Each entry's rank histograms and ECDF-difference plots of a few quantities (noise, signal, the
 first input's frequency spread and kernel value, f at the middle design point, the
@@ -15,7 +18,8 @@ log-likelihood: :data:`FIGURE_QUANTITIES`) go to ``reports/sbc/<entry>.png`` for
 page; ``--figures`` draws them again from the runs' DataTrees without fitting anything.
 
 Usage: python benchmarks/sbc.py [--entries ...] [--sims 200] [--data pendulum]
-       [--max-minutes 15] [--out reports/sbc.json] [--runs runs/sbc] [--resume] [--workers 2]
+       [--max-minutes 15] [--out reports/sbc.json] [--runs runs/sbc] [--store DIR] [--resume]
+       [--workers 2]
        [--set svi.steps=5000 ...] [--figures]
 """
 
@@ -75,7 +79,7 @@ def record(name: str, res: sbc.Result, seconds: float) -> dict:
                                                           "seed", "sims", "sims_done")},
             "stopped": res.stopped, "seconds": round(seconds, 1),
             "seconds_per_simulation": doc["seconds_per_simulation"], "failed": doc["failed"],
-            "converged": doc["converged"],
+            "converged": doc["converged"], **({"shared": doc["shared"]} if "shared" in doc else {}),
             "calibrated": {m: f"{sum(v)}/{len(v)}" for m, v in per.items()},
             "summary": res.summary}
 
@@ -88,6 +92,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-minutes", type=float, default=15.0, help="per entry")
     p.add_argument("--out", default="reports/sbc.json")
     p.add_argument("--runs", default="runs/sbc", help="each entry's checkpointed run")
+    p.add_argument("--store", help="reference batches shared between entries with the same "
+                   "model (default: --runs/shared)")
     p.add_argument("--resume", action="store_true",
                    help="continue the runs in --runs from their checkpoints; records in --out are "
                    "kept, except those of the entries named in --entries, which are written anew")
@@ -125,7 +131,8 @@ def main(argv=None) -> int:
         res = sbc.run(name, args.data, sims=args.sims, out=run_dir,
                       settings=tuple(sbc.SMALL_SETTINGS) + tuple(args.sets),
                       max_minutes=args.max_minutes, resume=resume,
-                      progress=not args.no_progress, workers=args.workers)
+                      progress=not args.no_progress, workers=args.workers,
+                      store=args.store or Path(args.runs) / "shared")
         seconds = time.perf_counter() - t0
         if resume and name in earlier and earlier[name]["sims_done"] < earlier[name]["sims"]:
             seconds += earlier[name]["seconds"]

@@ -547,7 +547,12 @@ def sbc() -> str:
             bad = _grouped_readings([s for s in r["summary"] if s["method"] == m])
             sims = f"{r['sims_done']}" + ("" if not r["stopped"] else f" of {r['sims']} (stopped)")
             sims += f" ({r['workers']} workers)" if r.get("workers", 1) > 1 else ""
-            lines.append(f"| `{r['entry']}` | {m} | {sims} | {tally} | "
+            label, shared = m, r.get("shared", {}).get(m)
+            if shared:  # batches computed by another entry's run (the same model): say whose
+                whose = ", ".join(f"`{e}`" for e in shared["computed_by"].split(", "))
+                k = shared["simulations"]
+                label = f"{m} ({'all' if k == r['sims_done'] else k} computed by {whose}'s run)"
+            lines.append(f"| `{r['entry']}` | {label} | {sims} | {tally} | "
                          f"{r['seconds_per_simulation'][m]:.2f} | "
                          f"{r['converged'][m]} of {r['sims_done']} | {r['failed'][m]} | "
                          f"{'; '.join(bad) or '–'} |")

@@ -321,6 +321,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="stop before a batch that would end past MIN minutes")
     b.add_argument("--workers", type=_positive, default=1,
                    help="processes running batches side by side, a CPU core each (default 1)")
+    b.add_argument("--store", metavar="DIR",
+                   help="a folder of reference batches shared between entries with the same "
+                   "model (differing in their guide alone): taken from it where present, left "
+                   "in it otherwise")
     b.add_argument("--resume", action="store_true", dest="sbc_resume",
                    help="continue the run whose checkpoint is in --out")
     b.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
@@ -721,7 +725,8 @@ def cmd_sbc(args) -> int:
             res = sbc.run(args.model, args.data, sims=args.sims, methods_=args.methods, out=out,
                           seed=args.seed, draws=args.draws, rows=args.rows, settings=settings,
                           batch=args.batch, max_minutes=args.max_minutes, resume=args.sbc_resume,
-                          progress=not args.no_progress, workers=args.workers)
+                          progress=not args.no_progress, workers=args.workers,
+                          store=args.store)
     except KeyboardInterrupt:
         print(f"ssgp-ppl: stopped; the finished batches are in {out / sbc.CHECKPOINT}; continue "
               f"with the same command and --resume", file=sys.stderr)

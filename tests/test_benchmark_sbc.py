@@ -28,7 +28,7 @@ def test_sbc_benchmark_writes_records_and_figures(tmp_path):
     page = _python(f"""
         from pathlib import Path
         import results_tables, sbc
-        args = ["--entries", "svbssgp", "--sims", "3", "--out", r"{out}", "--runs", r"{runs}",
+        args = ["--entries", "svbssgp", "svbssgp_collapsed", "--sims", "3", "--out", r"{out}", "--runs", r"{runs}",
                 "--no-progress"]
         for s in ("m=2", "svi.steps=40", "svi.chunk=20", "svi.min_steps=0",
                   "smc.particles=16", "smc.mcmc_steps=2", "smc.integration_steps=4",
@@ -42,8 +42,8 @@ def test_sbc_benchmark_writes_records_and_figures(tmp_path):
         results_tables.ROOT = Path(r"{tmp_path}")
         print(results_tables.sbc())
     """)
-    rec = json.loads(out.read_text())["records"][0]
-    assert rec["entry"] == "svbssgp" and rec["sims_done"] == 3
+    rec, other = json.loads(out.read_text())["records"]
+    assert rec["entry"] == "svbssgp" and rec["sims_done"] == 3 and "shared" not in rec
     assert set(rec["calibrated"]) == {"vi", "reference"}
     assert set(rec["converged"]) == {"vi", "reference"}
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # drawn again from the run
@@ -51,3 +51,10 @@ def test_sbc_benchmark_writes_records_and_figures(tmp_path):
         assert f"| `svbssgp` | {m} | 3 |" in page
         assert f"| {rec['converged'][m]} of 3 | {rec['failed'][m]} |" in page
     assert "](sbc-svbssgp.png)" in page
+    # the same model with another guide: its reference is svbssgp's, from the store
+    assert other["shared"] == {"reference": {"simulations": 3, "computed_by": "svbssgp"}}
+    assert other["seconds_per_simulation"]["reference"] == rec["seconds_per_simulation"]["reference"]
+    assert [(s["quantity"], s["verdict"]) for s in other["summary"] if s["method"] == "reference"] \
+        == [(s["quantity"], s["verdict"]) for s in rec["summary"] if s["method"] == "reference"]
+    assert "| `svbssgp_collapsed` | reference (all computed by `svbssgp`'s run) | 3 |" in page
+    assert len(list((runs / "shared").glob("reference-*.npz"))) == 1

@@ -324,6 +324,36 @@ class SBCMethod:
     def program(self, des: Design, draws: int, *, progress: bool = False) -> Callable:
         raise NotImplementedError
 
+    def identity(self, des: Design, draws: int) -> dict | None:
+        """What this method's batch depends on besides ỹ and the keys, where that is the model
+        alone and not the entry's guide or inference settings: two entries whose identities
+        agree get the same batch from the same ỹ and keys, and a store of batches
+        (:func:`run`'s ``store``) shares it between them. None (the default): the batch is the
+        entry's own."""
+        return None
+
+
+def _canonical(obj):
+    """A JSON-able description of ``obj`` that tells apart any two values a program could read
+    differently: dataclasses and NamedTuples field by field, arrays by shape, dtype and a digest
+    of their bytes, anything else by its repr."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {"type": type(obj).__name__, **{f.name: _canonical(getattr(obj, f.name))
+                                              for f in dataclasses.fields(obj)}}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return {"type": type(obj).__name__, **{k: _canonical(v) for k, v in obj._asdict().items()}}
+    if isinstance(obj, dict):
+        return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, list | tuple):
+        return [_canonical(v) for v in obj]
+    if isinstance(obj, np.ndarray | jax.Array):
+        a = np.ascontiguousarray(np.asarray(obj))
+        return {"shape": list(a.shape), "dtype": str(a.dtype),
+                "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+    if isinstance(obj, bool | int | float | str) or obj is None:
+        return obj
+    return repr(obj)
+
 
 def _owner(entry, cls) -> bool:
     return any(isinstance(methods.get(m), cls) for m in entry.methods)
@@ -717,6 +747,28 @@ class Reference(SBCMethod):
     def applies(self, entry) -> bool:
         return True
 
+    @staticmethod
+    def _target_spec(des):
+        """The entry's spec as the reference samples it (s integrated out where it can be) and
+        its ``[inference.smc]`` settings."""
+        from ssgp_ppl.inference.methods.smc import SMCSettings, collapses
+
+        s = SMCSettings.of(des.entry, "smc")
+        spec = des.spec
+        if collapses(spec, s.collapse):
+            spec = dataclasses.replace(spec, nuisance="marginalized")
+        return spec, s
+
+    def identity(self, des, draws):
+        """The model (the spec as sampled: priors, likelihood, m, the type-II sites' simulated
+        values), the design points, L, the ``[inference.smc]`` settings and the program's
+        version: entries that differ in their guide or objective alone (``svbssgp``,
+        ``svbssgp_collapsed``, ``svbssgp_dlm_log``, …) share their reference."""
+        spec, s = self._target_spec(des)
+        return {"method": self.name, "version": self.version, "draws": int(draws),
+                "spec": _canonical(spec), "smc": _canonical(s), "inputs": _inputs_digest(des),
+                "x64": bool(jax.config.jax_enable_x64), "jax": jax.__version__}
+
     def program(self, des, draws, *, progress=False):
         """:func:`ssgp_ppl.inference.smc.tempered_smc_program`, the program of the ``smc``
         method's runs, then ``smc.chains`` NUTS chains (blackjax) started from distinct
@@ -737,12 +789,11 @@ class Reference(SBCMethod):
         import blackjax
         from blackjax.adaptation.base import get_filter_adapt_info_fn
 
-        from ssgp_ppl.inference.methods.smc import SMCSettings, target_model
+        from ssgp_ppl.inference.methods.smc import target_model
         from ssgp_ppl.inference.runners import site_values
         from ssgp_ppl.inference.smc import data_potentials, mass_kind, prior_positions, tempered_smc_program
 
-        s = SMCSettings.of(des.entry, "smc")
-        spec = des.spec
+        spec, s = self._target_spec(des)  # what identity() describes, and nothing else
         x = jnp.asarray(des.x)
         # type-II sites at the values the simulations used (their initial values, full shape)
         type2 = {}
@@ -931,10 +982,51 @@ def _load(path: Path, fp: dict) -> dict:
     return state
 
 
+ORIGIN_CHARS = 64  # an entry's name as a store's batch records it
+
+
+def _stored_path(store, name: str, identity: dict, y: np.ndarray, keys) -> Path:
+    """Where ``store`` keeps method ``name``'s batch of (``identity``, ỹ, keys): by digest."""
+    h = hashlib.sha256(json.dumps(identity, sort_keys=True).encode())
+    h.update(np.ascontiguousarray(y).tobytes())
+    h.update(np.ascontiguousarray(jax.random.key_data(keys) if jnp.issubdtype(
+        keys.dtype, jax.dtypes.prng_key) else keys).tobytes())
+    return Path(store) / f"{name}-{h.hexdigest()[:32]}.npz"
+
+
+def _write_stored(path: Path, res: Batch, origin: str, seconds: float) -> None:
+    from ssgp_ppl.runtime.io import write_bytes_atomic
+
+    arrays = {f"site_{k}": np.asarray(v) for k, v in res.sites.items()}
+    if res.weights is not None:
+        arrays["weights"] = np.asarray(res.weights)
+    buf = io.BytesIO()
+    np.savez(buf, y_centre=np.asarray(res.y_centre), converged=np.asarray(res.converged),
+             failed=np.asarray(res.failed), origin=np.asarray(origin[:ORIGIN_CHARS]),
+             seconds=np.asarray(float(seconds)), **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def _read_stored(path: Path) -> tuple[Batch, str, float] | None:
+    """(the batch, the entry that computed it, its seconds); None where the file is missing or
+    unreadable (the batch is computed again and the file replaced)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            sites = {k[len("site_"):]: np.asarray(z[k]) for k in z.files if k.startswith("site_")}
+            res = Batch(sites, np.asarray(z["y_centre"]), np.asarray(z["converged"]),
+                        np.asarray(z["failed"]),
+                        np.asarray(z["weights"]) if "weights" in z.files else None)
+            return res, str(z["origin"]), float(z["seconds"])
+    except Exception:  # noqa: BLE001  (missing, partial or foreign: compute it)
+        return None
+
+
 class _Job(NamedTuple):
     """What a batch of an SBC run needs, picklable for a worker process: the simulated ỹ
     (N, n) and the test quantities' true values (N, Q) of the run; ``key``, the run's
-    fingerprint, by which a worker knows its job."""
+    fingerprint, by which a worker knows its job; ``store``, the folder of shared batches
+    (None: none)."""
     des: Design
     names: list
     sims: int
@@ -944,11 +1036,31 @@ class _Job(NamedTuple):
     y: np.ndarray
     truth: np.ndarray
     key: str
+    store: str | None = None
+
+    def method_batch(self, name: str, programs: dict, y, keys, progress: bool = False
+                     ) -> tuple[Batch, float, str]:
+        """Method ``name``'s batch of (ỹ, keys), its seconds and the entry whose run computed
+        it: from the store where a run of the same identity left it (no program built), else
+        computed here (and left in the store where the method has an identity)."""
+        ident = METHODS[name].identity(self.des, self.draws) if self.store else None
+        path = None if ident is None else _stored_path(self.store, name, ident, y, keys)
+        if path is not None and (hit := _read_stored(path)) is not None:
+            return hit[0], hit[2], hit[1]
+        if name not in programs:
+            programs[name] = program(name, self.des, self.draws, progress=progress)
+        t0 = time.perf_counter()
+        res = programs[name](y, keys)
+        seconds = time.perf_counter() - t0
+        if path is not None:
+            _write_stored(path, res, self.des.entry.name, seconds)
+        return res, seconds, self.des.entry.name
 
     def run_batch(self, b: int, programs: dict, progress: bool = False) -> dict:
         """Batch ``b``: per method, the ranks (method, simulation, quantity) of its
-        simulations, converged and failed fits and its seconds. ``programs``: this process's
-        compiled method programs, filled on first use."""
+        simulations, converged and failed fits, its seconds (those of the run that computed it)
+        and the entry whose run that was. ``programs``: this process's compiled method
+        programs, filled on first use."""
         des, names, batch, tq = self.des, self.names, self.batch, self.truth
         idx = np.arange(b * batch, min((b + 1) * batch, self.sims))
         full = np.resize(idx, batch)  # a short last batch padded: the same compiled program
@@ -957,32 +1069,43 @@ class _Job(NamedTuple):
         out = {"ranks": np.full((len(names), len(idx), tq.shape[-1]), np.nan),
                "converged": np.zeros((len(names), len(idx)), bool),
                "failed": np.zeros((len(names), len(idx)), bool),
-               "seconds": np.zeros(len(names))}
+               "seconds": np.zeros(len(names)),
+               "origin": np.full(len(names), "", f"<U{ORIGIN_CHARS}")}
         for mi, name in enumerate(names):
-            if name not in programs:
-                programs[name] = program(name, des, self.draws, progress=progress)
-            t0 = time.perf_counter()
-            res = programs[name](y, keys)
+            res, out["seconds"][mi], out["origin"][mi] = self.method_batch(name, programs, y,
+                                                                           keys, progress)
             _, pq = quantities(des.spec, des.x, res.sites, y, res.y_centre)
             for j, i in enumerate(idx):
                 rng = np.random.default_rng([self.seed, int(i), mi])
                 out["ranks"][mi, j] = np.nan if res.failed[j] else ranks(pq[j], tq[i], rng)
                 out["converged"][mi, j] = res.converged[j]
                 out["failed"][mi, j] = res.failed[j]
-            out["seconds"][mi] = time.perf_counter() - t0
         return out
 
 
 _WORKER: dict = {}  # a worker process's job: its key, simulations and compiled programs
 
 
+PARENT_POLL_SECONDS = 1.0  # how often a worker checks that the run that started it is alive
+
+
+def _exit_with(parent: int) -> None:
+    """End this process once ``parent`` is gone (it was killed: SIGTERM or SIGKILL run no
+    cleanup there), so that no worker computes on for a run that no longer exists."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_SECONDS)
+    os._exit(1)
+
+
 def _worker_start(shares, x64: bool) -> None:
     """A worker process on its share of the cores (the next of ``shares``, a queue of core
     sets; None: not pinned), in the parent's float width, before JAX starts its CPU backend.
-    SIGINT is the parent's to handle: it stops the workers."""
+    SIGINT is the parent's to handle: it stops the workers; a worker whose parent dies ends."""
     import signal
+    import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
     share = shares.get()
     if share is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, share)
@@ -1084,7 +1207,7 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
         out: str | Path | None = None, seed: int = 0, draws: int = DRAWS, rows: int = ROWS,
         settings=SMALL_SETTINGS, batch: int = BATCH, max_minutes: float | None = None,
         resume: bool = False, progress: bool = True, callback: Callable | None = None,
-        workers: int = 1) -> Result:
+        workers: int = 1, store: str | Path | None = None) -> Result:
     """SBC of ``entry``'s methods on the design points of ``data`` (see the module docstring).
 
     Parameters
@@ -1116,6 +1239,14 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
         after the other. A batch's result
         depends on its simulations' indices alone, so the ranks are those of one process. Each
         worker compiles the methods' programs once.
+    store
+        A folder of batches shared between runs: a method whose batch depends on the model alone
+        (:meth:`SBCMethod.identity`: the reference) leaves each batch there under a digest of
+        its identity, ỹ and keys, and takes it from there where a run of another entry with the
+        same model, design, simulations and settings left it (``svbssgp`` and
+        ``svbssgp_collapsed`` differ in their guide only: one reference serves both). Its
+        seconds stay those of the run that computed it; the DataTree's ``timing`` says which
+        entry's run that was. None: nothing shared.
 
     Returns
     -------
@@ -1149,11 +1280,15 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
     state = {"ranks": np.full((len(names), sims, q), np.nan),
              "converged": np.zeros((len(names), sims), bool),
              "failed": np.zeros((len(names), sims), bool),
-             "done": np.zeros(n_batches, bool), "seconds": np.zeros((len(names), n_batches))}
+             "done": np.zeros(n_batches, bool), "seconds": np.zeros((len(names), n_batches)),
+             "origin": np.full((len(names), n_batches), "", f"<U{ORIGIN_CHARS}")}
     if resume:
         if ckpt is None or not ckpt.exists():
             raise SSGPError(f"nothing to resume: {ckpt or 'no --out'} has no SBC checkpoint")
         state = _load(ckpt, fp)
+        if "origin" not in state:  # a checkpoint from before stores: its batches its own
+            state["origin"] = np.where(state["done"][None], des.entry.name, "").astype(
+                f"<U{ORIGIN_CHARS}").repeat(len(names), 0)
     elif ckpt is not None and ckpt.exists():
         raise SSGPError(f"{ckpt} exists: continue it with --resume or choose another --out")
     if out is not None:
@@ -1166,7 +1301,7 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
                desc=f"sbc {des.entry.name}", disable=not progress, leave=False)
     todo = [b for b in range(n_batches) if not state["done"][b]]
     job = _Job(des, names, sims, seed, draws, batch, np.asarray(truth["y"]), tq,
-               json.dumps(fp, sort_keys=True))
+               json.dumps(fp, sort_keys=True), None if store is None else str(store))
 
     def keep(b: int, out: dict) -> None:
         idx = np.arange(b * batch, min((b + 1) * batch, sims))
@@ -1174,6 +1309,7 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
         state["converged"][:, idx] = out["converged"]
         state["failed"][:, idx] = out["failed"]
         state["seconds"][:, b] = out["seconds"]
+        state["origin"][:, b] = out["origin"]
         state["done"][b] = True
         if ckpt is not None:
             _save(ckpt, fp, state)
@@ -1183,7 +1319,8 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
 
     def past_bound() -> bool:
         elapsed = (time.perf_counter() - t_start) / 60
-        last = state["seconds"].sum(axis=0).max() / 60
+        own = np.where(state["origin"] == des.entry.name, state["seconds"], 0.0)
+        last = own.sum(axis=0).max() / 60  # the longest batch this entry's run computed
         return max_minutes is not None and elapsed + last > max_minutes
 
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [None]
@@ -1232,7 +1369,17 @@ def to_datatree(des: Design, names, qnames, state, done_mask, tq, truth, *, draw
                          "failed": (("method", "simulation"), state["failed"][:, sims_done])},
                         coords={"method": list(names), "simulation": sims_done})
     per_sim = state["seconds"].sum(axis=1) / max(1, int(state["done"].sum()) * batch)
-    timing = xr.Dataset({"seconds_per_simulation": (("method",), per_sim)},
+    # the batches another entry's run computed (a store's), and which entries those were
+    origin = np.asarray(state.get("origin", np.full(state["seconds"].shape, des.entry.name)))
+    done_b = np.asarray(state["done"], bool)
+    shared = (origin != des.entry.name) & (origin != "") & done_b[None]
+    sizes = np.asarray([min((b + 1) * batch, len(done_mask)) - b * batch
+                        for b in range(len(done_b))])
+    timing = xr.Dataset({"seconds_per_simulation": (("method",), per_sim),
+                         "shared_simulations": (("method",), (shared * sizes).sum(axis=1)),
+                         "computed_by": (("method",), [
+                             ", ".join(sorted(set(origin[i][done_b]) - {""})) or des.entry.name
+                             for i in range(len(names))])},
                         coords={"method": list(names)})
     attrs = {"entry": des.entry.name, "data": des.data, "rows": int(len(des.rows)),
              "m": int(des.spec.m), "inputs": int(des.spec.d), "draws": int(draws), "seed": int(seed),
@@ -1285,7 +1432,19 @@ def to_json(result: Result) -> dict:
                        for m in t["status"]["method"].values},
             "converged": {str(m): int(np.asarray(t["status"]["converged"].sel({"method": m})).sum())
                           for m in t["status"]["method"].values},
-            "summary": result.summary}
+            **_shared(t), "summary": result.summary}
+
+
+def _shared(tree) -> dict:
+    """``{"shared": {method: {"simulations": k, "computed_by": entries}}}`` for the methods
+    whose batches (k simulations) a store gave from other entries' runs; {} where none did."""
+    tm = tree["timing"]
+    if "shared_simulations" not in tm:
+        return {}
+    out = {str(m): {"simulations": int(k), "computed_by": str(c)}
+           for m, k, c in zip(tm["method"].values, tm["shared_simulations"].values,
+                              tm["computed_by"].values, strict=True) if int(k) > 0}
+    return {"shared": out} if out else {}
 
 
 def write(result: Result, out: Path) -> None:

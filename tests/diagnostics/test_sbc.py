@@ -3,6 +3,12 @@ draws and fails for an over-confident or too wide one), vmapped batches against 
 one compiled program for every batch, the CLI, and resuming."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,6 +193,55 @@ def test_batches_over_two_worker_processes_give_the_ranks_of_one_process(tmp_pat
         sbc.run("tan_va", "pendulum", workers=0, **kw)
 
 
+def _proc(pid: int, name: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_text()
+    except OSError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    return "\nState:\tZ" not in (st := _proc(pid, "status")) and bool(st)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads processes in /proc")
+def test_workers_end_when_the_run_that_started_them_is_killed():
+    """A run killed by SIGKILL (or SIGTERM) runs no cleanup: its workers, busy compiling the
+    reference, see their parent gone and end within seconds instead of computing on."""
+    code = ("from ssgp_ppl.diagnostics import sbc; sbc.run('svbssgp', 'pendulum', sims=4, "
+            "methods_=['reference'], rows=10, draws=9, batch=2, progress=False, workers=2, "
+            "settings=('m=2', 'smc.particles=32', 'smc.mcmc_steps=2', 'smc.chains=2', "
+            "'smc.warmup=20'))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        pinned = len(os.sched_getaffinity(0)) >= 2
+        mine = _proc(proc.pid, "status").split("Cpus_allowed_list:")[1].split()[0]
+        workers, deadline = [], time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            kids = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()
+                    and f"\nPPid:\t{proc.pid}\n" in _proc(int(d.name), "status")]
+            workers = [k for k in kids if "spawn_main" in _proc(k, "cmdline")]
+            # started: pinned to a core of their own (the start pins them after the watch)
+            started = [k for k in workers if not pinned or "Cpus_allowed_list:\t" + mine
+                       not in _proc(k, "status")]
+            if len(started) == 2:
+                break
+            time.sleep(0.2)
+        assert len(workers) == 2, "the run's two workers did not start"
+        if not pinned:
+            time.sleep(15)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        end = time.monotonic() + 10 * sbc.PARENT_POLL_SECONDS
+        while time.monotonic() < end and any(_running(w) for w in workers):
+            time.sleep(0.1)
+        assert not any(_running(w) for w in workers), "a worker outlived its run"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_the_reference_batch_is_each_simulations_smc_run_and_compiles_once(x64):
     """The reference (ssgp_ppl.inference.smc's tempered_smc_program, then NUTS chains, vmapped
     over the simulations' ỹ): a simulation's draws depend on its own ỹ and key alone, not on its
@@ -209,6 +264,44 @@ def test_the_reference_batch_is_each_simulations_smc_run_and_compiles_once(x64):
         np.testing.assert_array_equal(v[0], moved.sites[k][1])
     assert together.converged[0] == moved.converged[1]
     assert not np.allclose(together.sites["noise"][0], together.sites["noise"][1])
+
+
+def test_entries_with_one_model_share_their_reference_through_a_store(tmp_path):
+    """``svbssgp`` and ``svbssgp_collapsed`` differ in their guide alone, so their references
+    are one posterior: the batches ``svbssgp``'s run leaves in the store give
+    ``svbssgp_collapsed`` the ranks its own reference computes (to the last bit: the identity
+    leaves out nothing its program reads), and its timing names the run that computed them. An
+    entry with another model (another type-II value, another SMC setting) or a VI method shares
+    nothing."""
+    settings = ("m=2", "smc.particles=32", "smc.mcmc_steps=2", "smc.integration_steps=4",
+                "smc.chains=2", "smc.warmup=20")
+    kw = dict(sims=4, methods_=["reference"], rows=10, draws=9, settings=settings, batch=2,
+              progress=False, seed=4)
+    own = sbc.run("svbssgp_collapsed", "pendulum", **kw)
+    store = tmp_path / "store"
+    first = sbc.run("svbssgp", "pendulum", store=store, **kw)
+    assert len(list(store.glob("reference-*.npz"))) == 2  # one file per batch
+    shared = sbc.run("svbssgp_collapsed", "pendulum", store=store, out=tmp_path / "c", **kw)
+    for res in (first, shared):
+        np.testing.assert_array_equal(np.asarray(res.tree["ranks"]["rank"]),
+                                      np.asarray(own.tree["ranks"]["rank"]))
+    timing = shared.tree["timing"]
+    assert str(timing["computed_by"].sel({"method": "reference"}).values) == "svbssgp"
+    assert int(timing["shared_simulations"].sel({"method": "reference"})) == 4
+    assert float(timing["seconds_per_simulation"].sel({"method": "reference"})) > 0  # svbssgp's
+    assert json.loads((tmp_path / "c" / sbc.SUMMARY).read_text())["shared"] == {
+        "reference": {"simulations": 4, "computed_by": "svbssgp"}}
+    assert "shared" not in sbc.to_json(own)
+    ident = sbc.METHODS["reference"].identity
+    base = ident(sbc.design("svbssgp", rows=10, settings=settings), 9)
+    for name in ("svbssgp_dlm_log", "svbssgp_dlm_square", "vssgp_collapsed"):
+        assert ident(sbc.design(name, rows=10, settings=settings), 9) == base, name
+    for other in (("noise.init=0.4",), ("smc.warmup=30",), ("m=3",)):
+        des = sbc.design("svbssgp", rows=10, settings=settings + other)
+        assert ident(des, 9) != base, other
+    assert ident(sbc.design("svbssgp", rows=12, settings=settings), 9) != base
+    assert ident(sbc.design("svbssgp", rows=10, settings=settings), 19) != base
+    assert sbc.METHODS["vi"].identity(sbc.design("svbssgp", rows=10, settings=settings), 9) is None
 
 
 def test_the_reference_reaches_a_high_signal_to_noise_posterior():

@@ -65,12 +65,18 @@ class SMCSettings(Settings):
                              "draw it from its exact conditional afterwards")
 
 
+def collapses(spec, collapse: bool) -> bool:
+    """Whether the reference integrates s out: the entry does, or ``smc.collapse`` asks and the
+    likelihood is Gaussian with other latent sites than s."""
+    return spec.nuisance == "marginalized" or (
+        collapse and spec.lik.conjugate and len(spec.latent_sites()) > 1)
+
+
 def target_model(entry, spec, type2, collapse: bool):
     """(model, collapsed): the model SMC and NUTS sample, s integrated out where it can be,
     type-II sites fixed at their estimates, f hidden, Gaussian sites non-centred."""
     learned = spec.learned_sites()
-    collapsed = spec.nuisance == "marginalized" or (
-        collapse and spec.lik.conjugate and len(spec.latent_sites()) > 1)
+    collapsed = collapses(spec, collapse)
     if collapsed:
         spec = dataclasses.replace(spec, nuisance="marginalized")
     model = entry.model(spec)
