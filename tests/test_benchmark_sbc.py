@@ -28,8 +28,8 @@ def test_sbc_benchmark_writes_records_and_figures(tmp_path):
     page = _python(f"""
         from pathlib import Path
         import results_tables, sbc
-        args = ["--entries", "svbssgp", "svbssgp_collapsed", "--sims", "3", "--out", r"{out}", "--runs", r"{runs}",
-                "--no-progress"]
+        args = ["--entries", "svbssgp", "svbssgp_collapsed", "--sims", "3", "--out", r"{out}",
+                "--runs", r"{runs}", "--no-progress"]
         for s in ("m=2", "svi.steps=40", "svi.chunk=20", "svi.min_steps=0",
                   "smc.particles=16", "smc.mcmc_steps=2", "smc.integration_steps=4",
                   "smc.warmup=10"):
