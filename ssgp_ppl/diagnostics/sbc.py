@@ -738,6 +738,20 @@ class NCVMPFit(SBCMethod):
         return run
 
 
+def _reference_source() -> str:
+    """A digest of the source the reference's batch comes from: this module and the modules of
+    the model, the SMC program and the runners (any change to them changes the digest)."""
+    root = Path(__file__).resolve().parents[1]
+    files = [Path(__file__).resolve(), root / "inference" / "smc.py",
+             root / "inference" / "methods" / "smc.py", root / "inference" / "runners.py",
+             *sorted((root / "model").rglob("*.py"))]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(root).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 class Reference(SBCMethod):
     name = "reference"
     version = 3  # NUTS chains after the SMC, thinned, R-hat across chains
@@ -763,11 +777,22 @@ class Reference(SBCMethod):
         """The model (the spec as sampled: priors, likelihood, m, the type-II sites' simulated
         values), the design points, L, the ``[inference.smc]`` settings and the program's
         version: entries that differ in their guide or objective alone (``svbssgp``,
-        ``svbssgp_collapsed``, ``svbssgp_dlm_log``, …) share their reference."""
+        ``svbssgp_collapsed``, ``svbssgp_dlm_log``, …) share their reference. Also the
+        convergence mark :data:`RHAT_MAX`, the versions of the libraries it runs on and a digest
+        of the source it runs (:func:`_reference_source`): a store outlives the code that
+        filled it, and a batch of other code is not this one's."""
+        import arviz_stats
+        import blackjax
+        import numpyro
+
         spec, s = self._target_spec(des)
         return {"method": self.name, "version": self.version, "draws": int(draws),
                 "spec": _canonical(spec), "smc": _canonical(s), "inputs": _inputs_digest(des),
-                "x64": bool(jax.config.jax_enable_x64), "jax": jax.__version__}
+                "x64": bool(jax.config.jax_enable_x64), "rhat_max": float(RHAT_MAX),
+                "versions": {"jax": jax.__version__, "numpyro": numpyro.__version__,
+                             "blackjax": blackjax.__version__,
+                             "arviz_stats": arviz_stats.__version__},
+                "source": _reference_source()}
 
     def program(self, des, draws, *, progress=False):
         """:func:`ssgp_ppl.inference.smc.tempered_smc_program`, the program of the ``smc``
@@ -982,7 +1007,12 @@ def _load(path: Path, fp: dict) -> dict:
     return state
 
 
-ORIGIN_CHARS = 64  # an entry's name as a store's batch records it
+ORIGIN_CHARS = 128  # an entry's name as a store's batch and the checkpoint record it
+
+
+def _origin(name: str) -> str:
+    """An entry's name as an origin (cut to :data:`ORIGIN_CHARS`, as the arrays keep it)."""
+    return name[:ORIGIN_CHARS]
 
 
 def _stored_path(store, name: str, identity: dict, y: np.ndarray, keys) -> Path:
@@ -1002,7 +1032,7 @@ def _write_stored(path: Path, res: Batch, origin: str, seconds: float) -> None:
         arrays["weights"] = np.asarray(res.weights)
     buf = io.BytesIO()
     np.savez(buf, y_centre=np.asarray(res.y_centre), converged=np.asarray(res.converged),
-             failed=np.asarray(res.failed), origin=np.asarray(origin[:ORIGIN_CHARS]),
+             failed=np.asarray(res.failed), origin=np.asarray(_origin(origin)),
              seconds=np.asarray(float(seconds)), **arrays)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, buf.getvalue())
@@ -1053,8 +1083,21 @@ class _Job(NamedTuple):
         res = programs[name](y, keys)
         seconds = time.perf_counter() - t0
         if path is not None:
-            _write_stored(path, res, self.des.entry.name, seconds)
-        return res, seconds, self.des.entry.name
+            try:
+                _write_stored(path, res, self.des.entry.name, seconds)
+            except (OSError, SSGPError) as e:  # the batch is this run's still: go on without
+                warnings.warn(f"SBC store: {name}'s batch not kept ({e})", stacklevel=2)
+        return res, seconds, _origin(self.des.entry.name)
+
+    def stored(self, name: str, b: int) -> bool:
+        """Whether the store holds method ``name``'s batch ``b`` (computed by another run)."""
+        ident = METHODS[name].identity(self.des, self.draws) if self.store else None
+        if ident is None:
+            return False
+        full = np.resize(np.arange(b * self.batch, min((b + 1) * self.batch, self.sims)),
+                         self.batch)
+        return _stored_path(self.store, name, ident, self.y[full],
+                            sim_keys(self.seed, full)).is_file()
 
     def run_batch(self, b: int, programs: dict, progress: bool = False) -> dict:
         """Batch ``b``: per method, the ranks (method, simulation, quantity) of its
@@ -1097,15 +1140,16 @@ def _exit_with(parent: int) -> None:
     os._exit(1)
 
 
-def _worker_start(shares, x64: bool) -> None:
+def _worker_start(shares, x64: bool, parent: int) -> None:
     """A worker process on its share of the cores (the next of ``shares``, a queue of core
     sets; None: not pinned), in the parent's float width, before JAX starts its CPU backend.
-    SIGINT is the parent's to handle: it stops the workers; a worker whose parent dies ends."""
+    SIGINT is the parent's to handle: it stops the workers; a worker whose parent (process
+    ``parent``) dies ends."""
     import signal
     import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     share = shares.get()
     if share is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, share)
@@ -1165,11 +1209,12 @@ def _run_parallel(job: _Job, todo: list, workers: int, cores: list, keep: Callab
     try:
         os.environ.update(env)  # the spawned workers inherit it before numpy loads
         pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_start,
-                                   initargs=(shares, bool(jax.config.read("jax_enable_x64"))))
+                                   initargs=(shares, bool(jax.config.read("jax_enable_x64")),
+                                             os.getpid()))
         queue = list(todo)
         while queue or running:
             while queue and len(running) < workers:
-                if past_bound():
+                if past_bound(queue[0]):
                     stopped = f"--max-minutes {max_minutes:g} reached"
                     queue = []
                     break
@@ -1287,7 +1332,7 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
             raise SSGPError(f"nothing to resume: {ckpt or 'no --out'} has no SBC checkpoint")
         state = _load(ckpt, fp)
         if "origin" not in state:  # a checkpoint from before stores: its batches its own
-            state["origin"] = np.where(state["done"][None], des.entry.name, "").astype(
+            state["origin"] = np.where(state["done"][None], _origin(des.entry.name), "").astype(
                 f"<U{ORIGIN_CHARS}").repeat(len(names), 0)
     elif ckpt is not None and ckpt.exists():
         raise SSGPError(f"{ckpt} exists: continue it with --resume or choose another --out")
@@ -1317,11 +1362,15 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
         if callback is not None:
             callback(b)
 
-    def past_bound() -> bool:
+    def past_bound(b: int) -> bool:
+        """Whether batch ``b`` would end past the bound: each method's longest batch so far,
+        except the methods whose batch ``b`` the store holds already."""
+        if max_minutes is None:
+            return False
         elapsed = (time.perf_counter() - t_start) / 60
-        own = np.where(state["origin"] == des.entry.name, state["seconds"], 0.0)
-        last = own.sum(axis=0).max() / 60  # the longest batch this entry's run computed
-        return max_minutes is not None and elapsed + last > max_minutes
+        longest = state["seconds"].max(axis=1, initial=0.0)
+        return elapsed + sum(t for name, t in zip(names, longest, strict=True)
+                             if not job.stored(name, b)) / 60 > max_minutes
 
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [None]
     workers = min(workers, max(1, len(todo)))
@@ -1329,7 +1378,7 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
     try:
         if workers == 1:
             for b in todo:
-                if past_bound():
+                if past_bound(b):
                     stopped = f"--max-minutes {max_minutes:g} reached"
                     break
                 keep(b, job.run_batch(b, programs, progress))
@@ -1370,15 +1419,16 @@ def to_datatree(des: Design, names, qnames, state, done_mask, tq, truth, *, draw
                         coords={"method": list(names), "simulation": sims_done})
     per_sim = state["seconds"].sum(axis=1) / max(1, int(state["done"].sum()) * batch)
     # the batches another entry's run computed (a store's), and which entries those were
-    origin = np.asarray(state.get("origin", np.full(state["seconds"].shape, des.entry.name)))
+    own = _origin(des.entry.name)
+    origin = np.asarray(state.get("origin", np.full(state["seconds"].shape, own)))
     done_b = np.asarray(state["done"], bool)
-    shared = (origin != des.entry.name) & (origin != "") & done_b[None]
+    shared = (origin != own) & (origin != "") & done_b[None]
     sizes = np.asarray([min((b + 1) * batch, len(done_mask)) - b * batch
                         for b in range(len(done_b))])
     timing = xr.Dataset({"seconds_per_simulation": (("method",), per_sim),
                          "shared_simulations": (("method",), (shared * sizes).sum(axis=1)),
                          "computed_by": (("method",), [
-                             ", ".join(sorted(set(origin[i][done_b]) - {""})) or des.entry.name
+                             ", ".join(sorted(set(origin[i][done_b]) - {""})) or own
                              for i in range(len(names))])},
                         coords={"method": list(names)})
     attrs = {"entry": des.entry.name, "data": des.data, "rows": int(len(des.rows)),
@@ -1441,7 +1491,9 @@ def _shared(tree) -> dict:
     tm = tree["timing"]
     if "shared_simulations" not in tm:
         return {}
-    out = {str(m): {"simulations": int(k), "computed_by": str(c)}
+    own = _origin(str(tree.attrs["entry"]))
+    out = {str(m): {"simulations": int(k),
+                    "computed_by": ", ".join(e for e in str(c).split(", ") if e != own)}
            for m, k, c in zip(tm["method"].values, tm["shared_simulations"].values,
                               tm["computed_by"].values, strict=True) if int(k) > 0}
     return {"shared": out} if out else {}
