@@ -739,13 +739,18 @@ class NCVMPFit(SBCMethod):
 
 
 def _reference_source() -> str:
-    """A digest of the source the reference's batch comes from: this module and the modules of
-    the model, the SMC program and the runners (any change to them changes the digest)."""
+    """A digest of the source the reference's batch comes from: :class:`Reference` and the
+    helpers of this module it calls, and the modules of the model, the SMC program and the
+    runners (a change to any of them changes the digest; one elsewhere in this module does
+    not)."""
+    import inspect
+
     root = Path(__file__).resolve().parents[1]
-    files = [Path(__file__).resolve(), root / "inference" / "smc.py",
-             root / "inference" / "methods" / "smc.py", root / "inference" / "runners.py",
-             *sorted((root / "model").rglob("*.py"))]
+    files = [root / "inference" / "smc.py", root / "inference" / "methods" / "smc.py",
+             root / "inference" / "runners.py", *sorted((root / "model").rglob("*.py"))]
     h = hashlib.sha256()
+    for obj in (Reference, _draw_sites, _fill, _fit_keys, _draw_keys, sim_keys):
+        h.update(inspect.getsource(obj).encode())
     for f in files:
         h.update(f.relative_to(root).as_posix().encode())
         h.update(f.read_bytes())
