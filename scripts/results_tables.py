@@ -588,7 +588,9 @@ TABLES = {
             "reached every temperature, no NUTS transition diverged and the rank R-hat of its "
             "chains' log density is at most 1.01. Seconds per simulation are those of the "
             "process that ran it: an entry run by 2 workers (two processes, a core each) took "
-            "about half of that in wall time.", sbc),
+            "about half of that in wall time. A reference \"computed by\" another entry's run is "
+            "that run's, taken from the benchmark's store: the two entries have one model and "
+            "differ in their guide or objective alone (its seconds are that run's).", sbc),
     "step-time": ("Time per optimisation step",
                   "`python benchmarks/step_time.py --plain-loop` (`reports/performance/"
                   "step_time.json`): milliseconds per SVI / ML step of each catalog entry on "
