@@ -32,6 +32,7 @@ ranked: a data-dependent test quantity, which is sensitive to what the parameter
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -738,6 +739,7 @@ class NCVMPFit(SBCMethod):
         return run
 
 
+@functools.cache  # the source does not change under a running process: read it once
 def _reference_source() -> str:
     """A digest of the source the reference's batch comes from: :class:`Reference` and the
     helpers of this module it calls, and the modules of the model, the SMC program and the
@@ -1099,21 +1101,23 @@ class _Job(NamedTuple):
         ident = METHODS[name].identity(self.des, self.draws) if self.store else None
         if ident is None:
             return False
-        full = np.resize(np.arange(b * self.batch, min((b + 1) * self.batch, self.sims)),
-                         self.batch)
-        return _stored_path(self.store, name, ident, self.y[full],
-                            sim_keys(self.seed, full)).is_file()
+        _, y, keys = self.batch_inputs(b)
+        return _stored_path(self.store, name, ident, y, keys).is_file()
+
+    def batch_inputs(self, b: int) -> tuple[np.ndarray, np.ndarray, jax.Array]:
+        """Batch ``b``'s simulation indices, and its ỹ and keys padded to the compiled size (a
+        short last batch repeats its simulations: the same compiled program)."""
+        idx = np.arange(b * self.batch, min((b + 1) * self.batch, self.sims))
+        full = np.resize(idx, self.batch)
+        return idx, self.y[full], sim_keys(self.seed, full)
 
     def run_batch(self, b: int, programs: dict, progress: bool = False) -> dict:
         """Batch ``b``: per method, the ranks (method, simulation, quantity) of its
         simulations, converged and failed fits, its seconds (those of the run that computed it)
         and the entry whose run that was. ``programs``: this process's compiled method
         programs, filled on first use."""
-        des, names, batch, tq = self.des, self.names, self.batch, self.truth
-        idx = np.arange(b * batch, min((b + 1) * batch, self.sims))
-        full = np.resize(idx, batch)  # a short last batch padded: the same compiled program
-        keys = sim_keys(self.seed, full)
-        y = self.y[full]
+        des, names, tq = self.des, self.names, self.truth
+        idx, y, keys = self.batch_inputs(b)
         out = {"ranks": np.full((len(names), len(idx), tq.shape[-1]), np.nan),
                "converged": np.zeros((len(names), len(idx)), bool),
                "failed": np.zeros((len(names), len(idx)), bool),
