@@ -22,8 +22,9 @@ ranked: a data-dependent test quantity, which is sensitive to what the parameter
 * Methods (:data:`METHODS`): ``vi`` (the entry's guide by SVI, one path), ``vi_stacked`` (its K
   paths from dispersed starts, stacked; Yao, Vehtari & Gelman 2022), ``ncvmp`` (Tan et al. 2016,
   Algorithm 2) and ``reference`` (adaptive tempered SMC, s integrated out, then NUTS chains
-  from its particles). The simulations of a batch run as one ``jax.vmap`` inside one jit (same
-  program, different ỹ); every batch reuses the compiled programs.
+  from its particles). The simulations of a batch run inside one jit (same program, different
+  ỹ): the fits as one ``jax.vmap``, the reference's one after the other (``lax.map``, see
+  :meth:`Reference.program`); every batch reuses the compiled programs.
 * Uniformity (:func:`reading`): the ECDF of the ranks against the simultaneous band of
   Säilynoja, Bürkner & Vehtari 2022 (``arviz_stats.ecdf_utils``, the band of the PIT panels
   of :mod:`ssgp_ppl.diagnostics.calibration`) and a χ² test of binned ranks.
@@ -806,8 +807,13 @@ class Reference(SBCMethod):
         method's runs, then ``smc.chains`` NUTS chains (blackjax) started from distinct
         particles, like the ``smc`` method's polishing: ``smc.warmup`` steps of window
         adaptation (the mass matrix dense or diagonal as ``smc.mass`` says), then 2L / chains
-        draws each (at most ``smc.samples``), thinned evenly to L; vmapped over the simulations'
-        ỹ in one jit (``smc.pilot`` and ``smc.runs`` are the method's, not SBC's). s is drawn
+        draws each (at most ``smc.samples``), thinned evenly to L (``smc.pilot`` and
+        ``smc.runs`` are the method's, not SBC's). The simulations of a batch run one after the
+        other inside one jit (``lax.map``), each with its particles and chains vmapped: NUTS
+        and the adaptive tempering are loops whose length a simulation sets, and under ``vmap``
+        every lane runs the longest (each NUTS step the deepest tree of all the batch's chains)
+        while a gradient's cost grows linearly beyond 4 lanes, so vmapping the simulations buys
+        nothing and pays for the hardest one. s is drawn
         from its exact conditional where it is integrated out. A simulation's fit converged
         when the SMC reached β = 1, no NUTS transition diverged and the rank R-hat of the log
         density across the chains is at most :data:`RHAT_MAX`.
@@ -887,14 +893,16 @@ class Reference(SBCMethod):
 
         @jax.jit
         def fit(y, keys):
-            def one(yy, key):  # prior draws and the key stream as tempered_smc_runs' run
+            def one(args):  # prior draws and the key stream as tempered_smc_runs' run
+                yy, key = args
                 z0 = prior_positions(model, x, yy, names, transforms, particles,
                                      jax.random.fold_in(key, 0))
                 res = smc(z0, key, (x, yy))
                 zs, lp, div = polish(res.positions, jax.random.fold_in(key, 3), yy)
                 return zs.reshape((-1,) + zs.shape[2:])[keep], res.beta, div, lp
 
-            return jax.vmap(one)(y, keys)
+            # one simulation after the other (see the docstring: not vmapped)
+            return jax.lax.map(one, (y, keys))
 
         def constrain(flat):
             return {k: transforms[k](u) for k, u in unravel(flat).items()}

@@ -243,8 +243,8 @@ def test_workers_end_when_the_run_that_started_them_is_killed():
 
 
 def test_the_reference_batch_is_each_simulations_smc_run_and_compiles_once(x64):
-    """The reference (ssgp_ppl.inference.smc's tempered_smc_program, then NUTS chains, vmapped
-    over the simulations' ỹ): a simulation's draws depend on its own ỹ and key alone, not on its
+    """The reference (ssgp_ppl.inference.smc's tempered_smc_program, then NUTS chains, over
+    the simulations' ỹ in one jit): a simulation's draws depend on its own ỹ and key alone, not on its
     place in the batch or its neighbour (the runner pads every batch to the compiled size, so
     this is the property it relies on; equal to the last bit in float64), a second batch reuses
     the compiled programs, and each simulation has its own posterior (its ỹ read: the draws
