@@ -721,16 +721,20 @@ def cmd_sbc(args) -> int:
     out = Path(args.out or f"runs/{Path(args.model).stem}-{args.data}-sbc")
     settings = tuple(sbc.SMALL_SETTINGS) + tuple(args.sets)
     try:
-        with rundir.hold(out):
+        with rundir.hold(out), _stop_on_signals():
             res = sbc.run(args.model, args.data, sims=args.sims, methods_=args.methods, out=out,
                           seed=args.seed, draws=args.draws, rows=args.rows, settings=settings,
                           batch=args.batch, max_minutes=args.max_minutes, resume=args.sbc_resume,
                           progress=not args.no_progress, workers=args.workers,
                           store=args.store)
-    except KeyboardInterrupt:
-        print(f"ssgp-ppl: stopped; the finished batches are in {out / sbc.CHECKPOINT}; continue "
-              f"with the same command and --resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: 128 + the signal, as fit
+        import signal
+
+        name = getattr(e, "signal", "SIGINT")
+        print(f"ssgp-ppl: stopped ({name}); the finished batches are in "
+              f"{out / sbc.CHECKPOINT}; continue with the same command and --resume",
+              file=sys.stderr)
+        return 128 + signal.Signals[name].value
     print("\n".join(sbc.summary_lines(res)))
     if res.stopped:
         print(f"ssgp-ppl: {res.stopped}: {res.done} of {res.sims} simulations done; continue "
