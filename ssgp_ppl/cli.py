@@ -731,9 +731,12 @@ def cmd_sbc(args) -> int:
         import signal
 
         name = getattr(e, "signal", "SIGINT")
-        print(f"ssgp-ppl: stopped ({name}); the finished batches are in "
-              f"{out / sbc.CHECKPOINT}; continue with the same command and --resume",
-              file=sys.stderr)
+        if (out / sbc.CHECKPOINT).is_file():
+            kept = (f"the finished batches are in {out / sbc.CHECKPOINT}; continue with the "
+                    "same command and --resume")
+        else:
+            kept = "no batch had finished; run the same command again"
+        print(f"ssgp-ppl: stopped by {name}; {kept}", file=sys.stderr)
         return 128 + signal.Signals[name].value
     print("\n".join(sbc.summary_lines(res)))
     if res.stopped:

@@ -1150,8 +1150,9 @@ PARENT_POLL_SECONDS = 1.0  # how often a worker checks that the run that started
 
 
 def _exit_with(parent: int) -> None:
-    """End this process once ``parent`` is gone (it was killed: SIGTERM or SIGKILL run no
-    cleanup there), so that no worker computes on for a run that no longer exists."""
+    """End this process once ``parent`` is gone (killed by a signal that runs no cleanup
+    there: SIGKILL, or SIGTERM to a process that does not handle it), so that no worker
+    computes on for a run that no longer exists."""
     while os.getppid() == parent:
         time.sleep(PARENT_POLL_SECONDS)
     os._exit(1)
