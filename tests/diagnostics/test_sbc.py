@@ -169,7 +169,9 @@ def test_batches_over_two_worker_processes_give_the_ranks_of_one_process(tmp_pat
     """workers=2: the batches run in two spawned processes (this process compiles nothing of
     them); a batch's ranks depend on its simulations' indices alone, so they equal the
     one-process run's, also when the run is interrupted after a batch and resumed."""
-    kw = dict(sims=6, methods_=["ncvmp"], rows=12, draws=19, settings=TINY, batch=2,
+    # 4 batches: the interruption keeps 1 or 2 (both workers' first may finish), and the 2 or 3
+    # left still go to two workers (a single batch left would run here)
+    kw = dict(sims=8, methods_=["ncvmp"], rows=12, draws=19, settings=TINY, batch=2,
               progress=False, seed=4)
     one = sbc.run("tan_va", "pendulum", **kw)
     sbc._PROGRAMS.clear()
