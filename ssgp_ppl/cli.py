@@ -558,11 +558,8 @@ def _fit_in(args, entry, data, m, out: Path, writer: bool) -> int:
         res = fit(entry, data, method, seed=args.seed, steps=args.steps, progress=not args.no_progress,
                   checkpoint=checkpoint, client=dask_client, force=args.force)
     record = metrics_record(res, data)
-    import signal as _signal
-
-    # interrupted: 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP), as a shell reports it
     name = res.info.stop_signal or "SIGINT"
-    stopped = 128 + _signal.Signals[name].value
+    stopped = _stop_status(name)
     if not writer:
         return stopped if res.info.interrupted else 0
     write_json(out / "metrics.json", record)
@@ -613,6 +610,14 @@ def _precision_warnings():
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
+def _stop_status(name: str) -> int:
+    """The exit status of a run stopped by signal ``name``: 128 + the signal (130 SIGINT, 143
+    SIGTERM, 129 SIGHUP), as a shell reports it."""
+    import signal
+
+    return 128 + signal.Signals[name].value
+
+
 class _Stopped(KeyboardInterrupt):
     """SIGTERM or SIGHUP: raised where Ctrl-C raises KeyboardInterrupt."""
 
@@ -640,8 +645,6 @@ def _stop_on_signals():
 
 
 def cmd_compare(args) -> int:
-    import signal
-
     from ssgp_ppl.report import budget, compare, finished_methods
 
     out = sbc_result = None
@@ -666,7 +669,7 @@ def cmd_compare(args) -> int:
                 sbc_result = _compare_sbc(args, data, out)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: 128 + the signal, as fit
         name = getattr(e, "signal", "SIGINT")
-        stopped = 128 + signal.Signals[name].value
+        stopped = _stop_status(name)
         if out is None:
             print(f"ssgp-ppl: stopped by {name}", file=sys.stderr)
         elif (out / rundir.STAGING).is_dir():
@@ -728,8 +731,6 @@ def cmd_sbc(args) -> int:
                           progress=not args.no_progress, workers=args.workers,
                           store=args.store)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: 128 + the signal, as fit
-        import signal
-
         name = getattr(e, "signal", "SIGINT")
         if (out / sbc.CHECKPOINT).is_file():
             kept = (f"the finished batches are in {out / sbc.CHECKPOINT}; continue with the "
@@ -737,7 +738,7 @@ def cmd_sbc(args) -> int:
         else:
             kept = "no batch had finished; run the same command again"
         print(f"ssgp-ppl: stopped by {name}; {kept}", file=sys.stderr)
-        return 128 + signal.Signals[name].value
+        return _stop_status(name)
     print("\n".join(sbc.summary_lines(res)))
     if res.stopped:
         print(f"ssgp-ppl: {res.stopped}: {res.done} of {res.sims} simulations done; continue "
