@@ -56,7 +56,9 @@ from ssgp_ppl.model import spectral
 from ssgp_ppl.runtime import resources
 
 ROWS = 40  # design points of a simulation (evenly spaced training rows of the data set)
-SMALL_SETTINGS = ("m=6",)  # so that one simulation takes seconds
+# so that one simulation takes seconds: m = 6, and the reference's NUTS warm-up sized for that
+# (an entry's [inference.smc] budget is for its full-size data: vssgp asks 500 a chain there)
+SMALL_SETTINGS = ("m=6", "smc.warmup=200")
 DRAWS = 99  # L posterior draws per simulation: ranks in {0, …, 99}
 BATCH = 20  # simulations per compiled batch
 LAGS = (0.5, 1.0)  # kernel lags ranked along each input (model units)
@@ -781,9 +783,20 @@ class Reference(SBCMethod):
             spec = dataclasses.replace(spec, nuisance="marginalized")
         return spec, s
 
+    @staticmethod
+    def _budget(s, draws: int) -> dict:
+        """The ``[inference.smc]`` settings the program reads, ``samples`` as the draws a chain
+        it keeps (``smc.pilot`` and ``smc.runs`` are the method's; two entries whose settings
+        differ there alone, or in a ``samples`` above what L asks for, run the same program)."""
+        return {"particles": s.particles, "mcmc_steps": s.mcmc_steps,
+                "integration_steps": s.integration_steps, "target_ess": float(s.target_ess),
+                "mass": s.mass, "chains": s.chains, "warmup": s.warmup,
+                "per_chain": min(s.samples, -(-2 * int(draws) // s.chains)),
+                "target_accept": float(s.target_accept), "max_tree_depth": s.max_tree_depth}
+
     def identity(self, des, draws):
         """The model (the spec as sampled: priors, likelihood, m, the type-II sites' simulated
-        values), the design points, L, the ``[inference.smc]`` settings and the program's
+        values), the design points, L, the ``[inference.smc]`` settings it reads and the program's
         version: entries that differ in their guide or objective alone (``svbssgp``,
         ``svbssgp_collapsed``, ``svbssgp_dlm_log``, …) share their reference. Also the
         convergence mark :data:`RHAT_MAX`, the versions of the libraries it runs on and a digest
@@ -795,7 +808,8 @@ class Reference(SBCMethod):
 
         spec, s = self._target_spec(des)
         return {"method": self.name, "version": self.version, "draws": int(draws),
-                "spec": _canonical(spec), "smc": _canonical(s), "inputs": _inputs_digest(des),
+                "spec": _canonical(spec), "smc": self._budget(s, draws),
+                "inputs": _inputs_digest(des),
                 "x64": bool(jax.config.jax_enable_x64), "rhat_max": float(RHAT_MAX),
                 "versions": {"jax": jax.__version__, "numpyro": numpyro.__version__,
                              "blackjax": blackjax.__version__,
@@ -841,7 +855,7 @@ class Reference(SBCMethod):
         model, collapsed = target_model(des.entry, spec, type2, s.collapse)
         particles = s.particles
         # 2L/chains draws a chain (at most smc.samples), thinned evenly to L: every other draw
-        per_chain = min(s.samples, -(-2 * draws // s.chains))
+        per_chain = self._budget(s, draws)["per_chain"]
         if draws > s.chains * per_chain:
             raise SSGPError(f"the reference keeps {draws} draws of {s.chains * per_chain} "
                             f"({s.chains} chains × {per_chain}); raise smc.samples or lower "

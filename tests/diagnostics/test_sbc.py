@@ -309,6 +309,25 @@ def test_entries_with_one_model_share_their_reference_through_a_store(tmp_path):
     assert sbc.METHODS["vi"].identity(sbc.design("svbssgp", rows=10, settings=settings), 9) is None
 
 
+def test_the_reference_identity_holds_what_its_program_reads_and_nothing_else():
+    """At SBC's small defaults ``vssgp`` (whose catalog entry asks 500 warm-up steps a chain for
+    its full-size data) samples ``svbssgp``'s posterior with ``svbssgp``'s budget, so they share
+    a reference; ``smc.runs``, ``smc.pilot`` and a ``smc.samples`` above what L asks for are not
+    read by the program and change nothing, a ``smc.samples`` below it does."""
+    ident = sbc.METHODS["reference"].identity
+    base = ident(sbc.design("svbssgp", rows=10), 99)
+    assert ident(sbc.design("vssgp", rows=10), 99) == base
+    assert base["smc"]["warmup"] == 200 and base["smc"]["per_chain"] == 50  # ⌈2 · 99 / 4⌉
+    for same in ("smc.runs=5", "smc.pilot=true", "smc.samples=51"):
+        assert ident(sbc.design("svbssgp", rows=10, settings=sbc.SMALL_SETTINGS + (same,)),
+                     99) == base, same
+    fewer = sbc.design("svbssgp", rows=10, settings=sbc.SMALL_SETTINGS + ("smc.samples=49",))
+    assert ident(fewer, 99)["smc"]["per_chain"] == 49
+    # a later --set wins over the small defaults
+    longer = sbc.design("vssgp", rows=10, settings=sbc.SMALL_SETTINGS + ("smc.warmup=500",))
+    assert ident(longer, 99)["smc"]["warmup"] == 500
+
+
 def test_the_reference_reaches_a_high_signal_to_noise_posterior():
     """A simulation whose signal is 54× its noise (``tan_va``, seed 0, simulation 7): the
     tempered particles alone (128 × 20 HMC moves; 1,024 particles alike) stay at a noise
