@@ -2,6 +2,7 @@
 draws and fails for an over-confident or too wide one), vmapped batches against one-by-one runs,
 one compiled program for every batch, the CLI, and resuming."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -326,6 +327,12 @@ def test_the_reference_identity_holds_what_its_program_reads_and_nothing_else():
     # a later --set wins over the small defaults
     longer = sbc.design("vssgp", rows=10, settings=sbc.SMALL_SETTINGS + ("smc.warmup=500",))
     assert ident(longer, 99)["smc"]["warmup"] == 500
+    # every setting is in the identity or named as not read (collapse: through the spec), so
+    # that a setting added later is not left out unseen
+    from ssgp_ppl.inference.methods.smc import SMCSettings
+
+    read = set(base["smc"]) - {"per_chain"} | {"samples"}
+    assert {f.name for f in dataclasses.fields(SMCSettings)} == read | {"runs", "pilot", "collapse"}
 
 
 def test_the_reference_reaches_a_high_signal_to_noise_posterior():
