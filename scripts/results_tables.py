@@ -530,17 +530,24 @@ def sbc_figures(records: list[dict] | None = None) -> list[Path]:
     return [f for f in (ROOT / "reports" / "sbc" / f"{n}.png" for n in names) if f.exists()]
 
 
+def _minutes(seconds: float) -> str:
+    """A wall time as minutes and seconds: ``28 min 34 s``; under a minute ``41 s``."""
+    m, sec = divmod(int(round(seconds)), 60)
+    return f"{m} min {sec} s" if m else f"{sec} s"
+
+
 def sbc() -> str:
     """reports/sbc.json (benchmarks/sbc.py) as a Markdown table: per entry and SBC method, the
     quantities read calibrated, seconds per simulation, the fits that converged (VI: the stop
     rule; NCVMP: its bound; the reference: every temperature reached and no divergent NUTS
-    transition, R-hat of the chains at most 1.01) and that failed, and the quantities that were
-    not calibrated (with their reading)."""
+    transition, R-hat of the chains at most 1.01) and that failed, the entry's wall time (every
+    method, batches taken from the store excepted) and the quantities that were not calibrated
+    (with their reading)."""
     records = _sbc_records()
     if records is None:
         return "*Not generated yet: run `python benchmarks/sbc.py` (writes `reports/sbc.json`).*"
     head = ("| entry | method | simulations | calibrated | s / simulation | converged | failed | "
-            "not calibrated |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+            "entry's time | not calibrated |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = []
     for r in records:
         for m, tally in r["calibrated"].items():
@@ -555,7 +562,7 @@ def sbc() -> str:
             lines.append(f"| `{r['entry']}` | {label} | {sims} | {tally} | "
                          f"{r['seconds_per_simulation'][m]:.2f} | "
                          f"{r['converged'][m]} of {r['sims_done']} | {r['failed'][m]} | "
-                         f"{'; '.join(bad) or '–'} |")
+                         f"{_minutes(r['seconds'])} | {'; '.join(bad) or '–'} |")
     figs = [f"### `{f.stem}`\n\n![SBC of {f.stem}: rank histograms and ECDF − uniform with the "
             f"99% band](sbc-{f.name})" for f in sbc_figures(records)]
     if figs:
@@ -588,8 +595,10 @@ TABLES = {
             "reached every temperature, no NUTS transition diverged and the rank R-hat of its "
             "chains' log density is at most 1.01. Seconds per simulation are those of the "
             "process that ran it: an entry run by 2 workers (two processes, a core each) took "
-            "about half of that in wall time. A reference \"computed by\" another entry's run is "
-            "that run's, taken from the benchmark's store: the two entries have one model and "
+            "about half of that in wall time. The entry's time is its run's wall time, every "
+            "method together, batches taken from the store excepted. A reference \"computed by\" "
+            "another entry's run is that run's, taken from the benchmark's store: the two "
+            "entries have one model and "
             "differ in their guide or objective alone (its seconds are that run's).", sbc),
     "step-time": ("Time per optimisation step",
                   "`python benchmarks/step_time.py --plain-loop` (`reports/performance/"

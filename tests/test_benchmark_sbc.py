@@ -51,6 +51,11 @@ def test_sbc_benchmark_writes_records_and_figures(tmp_path):
         assert f"| `svbssgp` | {m} | 3 |" in page
         assert f"| {rec['converged'][m]} of 3 | {rec['failed'][m]} |" in page
     assert "](sbc-svbssgp.png)" in page
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import results_tables
+
+    for r in (rec, other):  # the entry's wall time, on each of its rows
+        assert page.count(f"| {results_tables._minutes(r['seconds'])} |") >= len(r["calibrated"])
     # the same model with another guide: its reference is svbssgp's, from the store
     assert other["shared"] == {"reference": {"simulations": 3, "computed_by": "svbssgp"}}
     assert other["seconds_per_simulation"]["reference"] == rec["seconds_per_simulation"]["reference"]
@@ -58,3 +63,12 @@ def test_sbc_benchmark_writes_records_and_figures(tmp_path):
         == [(s["quantity"], s["verdict"]) for s in rec["summary"] if s["method"] == "reference"]
     assert "| `svbssgp_collapsed` | reference (all computed by `svbssgp`'s run) | 3 |" in page
     assert len(list((runs / "shared").glob("reference-*.npz"))) == 1
+
+
+def test_entry_times_read_as_minutes_and_seconds():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import results_tables
+
+    assert results_tables._minutes(1713.6) == "28 min 34 s"
+    assert results_tables._minutes(67.3) == "1 min 7 s"
+    assert results_tables._minutes(41.4) == "41 s"
