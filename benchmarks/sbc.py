@@ -1,5 +1,6 @@
 """Simulation-based calibration of every catalog entry with latent variables (``ssgp_ppl.diagnostics.sbc``):
-N simulations on the pendulum inputs at small size (40 design rows, m = 6, L = 99 draws), every
+N simulations on the pendulum inputs at small size (40 design rows, m = 6, L = 99 draws, the
+reference's NUTS warm-up 200 steps a chain: ``sbc.SMALL_SETTINGS``), every
 SBC method that applies to the entry (one-path VI, stacked VI, NCVMP, the tempered-SMC
 reference); writes JSON.
 

@@ -587,7 +587,8 @@ TABLES = {
                    multimodal),
     "sbc": ("Simulation-based calibration",
             "`python benchmarks/sbc.py` (`reports/sbc.json`): every entry with latent variables, "
-            "N simulations on 40 pendulum inputs at small size (m = 6, L = 99 draws), each SBC "
+            "N simulations on 40 pendulum inputs at small size (m = 6, L = 99 draws, the "
+            "reference's NUTS warm-up 200 steps a chain), each SBC "
             "method that applies; a quantity is calibrated when the ECDF of its ranks stays in "
             "the 99% simultaneous band and the χ² test does not reject at 1% "
             "([Simulation-based calibration](../guide/sbc.md)). A fit converged when VI's stop "

@@ -785,8 +785,8 @@ class Reference(SBCMethod):
 
     @staticmethod
     def _budget(s, draws: int) -> dict:
-        """The ``[inference.smc]`` settings the program reads, ``samples`` as the draws a chain
-        it keeps (``smc.pilot`` and ``smc.runs`` are the method's; two entries whose settings
+        """The ``[inference.smc]`` settings the program reads, ``samples`` as the draws it
+        keeps a chain (``smc.pilot`` and ``smc.runs`` are the method's; two entries whose settings
         differ there alone, or in a ``samples`` above what L asks for, run the same program)."""
         return {"particles": s.particles, "mcmc_steps": s.mcmc_steps,
                 "integration_steps": s.integration_steps, "target_ess": float(s.target_ess),
