@@ -54,8 +54,11 @@ def test_sbc_benchmark_writes_records_and_figures(tmp_path):
     sys.path.insert(0, str(ROOT / "scripts"))
     import results_tables
 
-    for r in (rec, other):  # the entry's wall time, on each of its rows
-        assert page.count(f"| {results_tables._minutes(r['seconds'])} |") >= len(r["calibrated"])
+    for r in (rec, other):  # the entry's wall time, in the column after "failed" on each row
+        rows = [line for line in page.splitlines() if line.startswith(f"| `{r['entry']}` |")]
+        assert len(rows) == len(r["calibrated"])
+        for line, m in zip(rows, r["calibrated"], strict=True):
+            assert f"| {r['failed'][m]} | {results_tables._minutes(r['seconds'])} |" in line
     # the same model with another guide: its reference is svbssgp's, from the store
     assert other["shared"] == {"reference": {"simulations": 3, "computed_by": "svbssgp"}}
     assert other["seconds_per_simulation"]["reference"] == rec["seconds_per_simulation"]["reference"]

@@ -361,3 +361,16 @@ def test_a_closed_output_pipe_ends_quietly():
         p.stdout.close()  # before the table is written
         err = p.stderr.read().decode()
         assert p.wait(timeout=300) == 141 and err == "", err
+
+
+def test_sbc_help_names_the_small_defaults(capsys):
+    """The help spells SBC's small defaults out (the parser does not import the SBC module):
+    each of ``sbc.SMALL_SETTINGS`` is in it, so the two cannot drift apart."""
+    from ssgp_ppl.diagnostics import sbc
+
+    with pytest.raises(SystemExit) as e:
+        main(["sbc", "--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for setting in sbc.SMALL_SETTINGS:
+        assert setting in text, setting

@@ -784,6 +784,11 @@ class Reference(SBCMethod):
         return spec, s
 
     @staticmethod
+    def _per_chain(s, draws: int) -> int:
+        """Draws a chain keeps: 2L / chains (every other draw kept), at most ``smc.samples``."""
+        return min(s.samples, -(-2 * int(draws) // s.chains))
+
+    @staticmethod
     def _budget(s, draws: int) -> dict:
         """The ``[inference.smc]`` settings the program reads, ``samples`` as the draws it
         keeps a chain (``smc.pilot`` and ``smc.runs`` are the method's; two entries whose settings
@@ -791,7 +796,7 @@ class Reference(SBCMethod):
         return {"particles": s.particles, "mcmc_steps": s.mcmc_steps,
                 "integration_steps": s.integration_steps, "target_ess": float(s.target_ess),
                 "mass": s.mass, "chains": s.chains, "warmup": s.warmup,
-                "per_chain": min(s.samples, -(-2 * int(draws) // s.chains)),
+                "per_chain": Reference._per_chain(s, draws),
                 "target_accept": float(s.target_accept), "max_tree_depth": s.max_tree_depth}
 
     def identity(self, des, draws):
@@ -855,7 +860,7 @@ class Reference(SBCMethod):
         model, collapsed = target_model(des.entry, spec, type2, s.collapse)
         particles = s.particles
         # 2L/chains draws a chain (at most smc.samples), thinned evenly to L: every other draw
-        per_chain = self._budget(s, draws)["per_chain"]
+        per_chain = self._per_chain(s, draws)
         if draws > s.chains * per_chain:
             raise SSGPError(f"the reference keeps {draws} draws of {s.chains * per_chain} "
                             f"({s.chains} chains × {per_chain}); raise smc.samples or lower "
