@@ -108,6 +108,22 @@ def data_potentials(model, x, y, seed: int = 0):
     return log_prior, log_lik, unravel, tuple(z0), transforms
 
 
+def data_log_joint(model, x, y, seed: int = 0) -> Callable:
+    """log p(z, y) of ``model`` on :func:`data_potentials`' flat unconstrained vector (the same
+    ``unravel``), the Jacobian of the transforms included, as one function ``(flat, data)`` (−∞
+    where it is not finite): NumPyro's potential, negated. It equals ``log_prior + log_lik``
+    and costs one pass of the model where their sum costs the prior twice (a NUTS target)."""
+    full = initialize_model(jax.random.PRNGKey(seed), model, model_args=(x, y), dynamic_args=True,
+                            validate_grad=False)
+    _, unravel = ravel_pytree(full.param_info.z)
+
+    def log_joint(flat, data):
+        value = -full.potential_fn(*data)(unravel(flat))
+        return jnp.where(jnp.isfinite(value), value, -jnp.inf)
+
+    return log_joint
+
+
 def potentials(model, x, y, seed: int = 0):
     """(log prior, log likelihood, unravel, latent names, transforms) of ``model`` at (x, y) on
     the flat unconstrained vector, the log prior including the log Jacobian of the transforms (a
@@ -435,6 +451,6 @@ def tempered_smc_runs(model, x, y, *, runs: int = 2, particles: int = 256, mcmc_
             for r in range(runs)]
 
 
-__all__ = ["SMCResult", "SMCRun", "data_potentials", "flatten", "inverse_mass", "mass_kind",
+__all__ = ["SMCResult", "SMCRun", "data_log_joint", "data_potentials", "flatten", "inverse_mass", "mass_kind",
            "potentials", "prior_positions", "tempered_smc", "tempered_smc_program",
            "tempered_smc_runs"]

@@ -332,6 +332,27 @@ def test_log_prior_is_normalised_on_the_unconstrained_space(x64):
     assert float(log_lik(jnp.array([math.log(v)]))) == pytest.approx(want, rel=1e-10)
 
 
+def test_the_log_joint_is_the_prior_plus_the_likelihood(x64, pendulum):
+    """data_log_joint (the polishing chains' target, one pass of the model) equals data_potentials'
+    log prior + log likelihood at prior draws of the SSGP reference target (s integrated out,
+    positive sites under exp) and of a positive scale model, for data other than those that
+    fixed the shapes (float64)."""
+    from ssgp_ppl.inference.smc import data_log_joint, data_potentials, prior_positions
+
+    entry = load_entry("ssgp_svi")
+    x, y = jnp.asarray(pendulum.x_train[:20]), jnp.asarray(pendulum.y_train[:20])
+    model, _ = target_model(entry, entry.spec(x.shape[1]), None, True)
+    for mdl, xx, yy in ((model, x, y), (scale_model, None, jnp.asarray([0.5, -1.2, 2.0]))):
+        log_prior, log_lik, _, names, transforms = data_potentials(mdl, xx, jnp.zeros_like(yy))
+        log_joint = data_log_joint(mdl, xx, jnp.zeros_like(yy))
+        z = prior_positions(mdl, xx, yy, names, transforms, 5, jax.random.PRNGKey(2))
+        data = (xx, 1.5 * yy)
+        want = jax.vmap(lambda f, lp=log_prior, ll=log_lik, d=data: lp(f, d) + ll(f, d))(z)
+        got = jax.vmap(lambda f, lj=log_joint, d=data: lj(f, d))(z)
+        assert np.all(np.isfinite(np.asarray(want)))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10)
+
+
 def test_log_evidence_with_a_constrained_site(x64, capsys):
     """Tempering p(v) p(y | v)^β over a positive site: the mean log Ẑ of 12 runs is within 3
     standard errors of the exact log p(y). With the Jacobian in the likelihood instead of the prior
