@@ -1,6 +1,7 @@
 """Simulation-based calibration of every catalog entry with latent variables (``ssgp_ppl.diagnostics.sbc``):
 N simulations on the pendulum inputs at small size (40 design rows, m = 6, L = 99 draws, the
-reference's NUTS warm-up 200 steps a chain: ``sbc.SMALL_SETTINGS``), every
+reference's 10 HMC moves a temperature and NUTS warm-up of 100 steps a chain:
+``sbc.SMALL_SETTINGS``), every
 SBC method that applies to the entry (one-path VI, stacked VI, NCVMP, the tempered-SMC
 reference); writes JSON.
 
@@ -137,7 +138,8 @@ def main(argv=None) -> int:
         seconds = time.perf_counter() - t0
         if resume and name in earlier and earlier[name]["sims_done"] < earlier[name]["sims"]:
             seconds += earlier[name]["seconds"]
-        rec = {**record(name, res, seconds), "workers": args.workers}
+        rec = {**record(name, res, seconds), "workers": args.workers,
+               "settings": list(sbc.SMALL_SETTINGS) + args.sets}
         doc["records"].append(rec)
         save_figure(name, res, figures)
         write_json(out, doc)

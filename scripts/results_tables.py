@@ -516,10 +516,16 @@ def _grouped_readings(rows: list[dict]) -> list[str]:
     return out
 
 
+def _sbc_doc() -> dict | None:
+    """reports/sbc.json (benchmarks/sbc.py); None before it is written."""
+    path = ROOT / "reports" / "sbc.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def _sbc_records() -> list[dict] | None:
     """reports/sbc.json's records (benchmarks/sbc.py); None before it is written."""
-    path = ROOT / "reports" / "sbc.json"
-    return json.loads(path.read_text())["records"] if path.exists() else None
+    doc = _sbc_doc()
+    return None if doc is None else doc["records"]
 
 
 def sbc_figures(records: list[dict] | None = None) -> list[Path]:
@@ -543,9 +549,10 @@ def sbc() -> str:
     transition, R-hat of the chains at most 1.01) and that failed, the entry's wall time (every
     method, batches taken from the store excepted) and the quantities that were not calibrated
     (with their reading)."""
-    records = _sbc_records()
-    if records is None:
+    doc = _sbc_doc()
+    if doc is None:
         return "*Not generated yet: run `python benchmarks/sbc.py` (writes `reports/sbc.json`).*"
+    records, current = doc["records"], doc["settings"]
     head = ("| entry | method | simulations | calibrated | s / simulation | converged | failed | "
             "entry's time | not calibrated |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = []
@@ -554,6 +561,8 @@ def sbc() -> str:
             bad = _grouped_readings([s for s in r["summary"] if s["method"] == m])
             sims = f"{r['sims_done']}" + ("" if not r["stopped"] else f" of {r['sims']} (stopped)")
             sims += f" ({r['workers']} workers)" if r.get("workers", 1) > 1 else ""
+            if r.get("settings", current) != current:  # run at other settings than the file's
+                sims += f" at {', '.join(f'`{x}`' for x in r['settings'])}"
             label, shared = m, r.get("shared", {}).get(m)
             if shared:  # batches computed by another entry's run (the same model): say whose
                 whose = ", ".join(f"`{e}`" for e in shared["computed_by"].split(", "))
@@ -588,7 +597,8 @@ TABLES = {
     "sbc": ("Simulation-based calibration",
             "`python benchmarks/sbc.py` (`reports/sbc.json`): every entry with latent variables, "
             "N simulations on 40 pendulum inputs at small size (m = 6, L = 99 draws, the "
-            "reference's NUTS warm-up 200 steps a chain), each SBC "
+            "reference's 10 HMC moves a temperature and NUTS warm-up of 100 steps a chain; a row "
+            "run at other settings names them), each SBC "
             "method that applies; a quantity is calibrated when the ECDF of its ranks stays in "
             "the 99% simultaneous band and the χ² test does not reject at 1% "
             "([Simulation-based calibration](../guide/sbc.md)). A fit converged when VI's stop "

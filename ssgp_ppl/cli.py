@@ -330,7 +330,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
     b.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a catalog key on top of the small defaults (m=6, "
-                   "smc.warmup=200), e.g. --set svi.steps=2000")
+                   "smc.mcmc_steps=10, smc.warmup=100), e.g. --set svi.steps=2000")
     b.add_argument("--x64", action="store_true", help="compute in float64")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p

@@ -8,8 +8,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+from ssgp_ppl.diagnostics.sbc import SMALL_SETTINGS
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
+SMALL = list(SMALL_SETTINGS)  # as the JSON holds them
 
 
 def _python(code: str) -> str:
@@ -46,6 +49,8 @@ def test_sbc_benchmark_writes_records_and_figures(tmp_path):
     assert rec["entry"] == "svbssgp" and rec["sims_done"] == 3 and "shared" not in rec
     assert set(rec["calibrated"]) == {"vi", "reference"}
     assert set(rec["converged"]) == {"vi", "reference"}
+    assert rec["settings"][:len(SMALL)] == SMALL and "smc.warmup=10" in rec["settings"]
+    assert " at `" not in page  # every record at the file's settings
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # drawn again from the run
     for m in ("vi", "reference"):  # the converged column is the record's
         assert f"| `svbssgp` | {m} | 3 |" in page
@@ -75,3 +80,28 @@ def test_entry_times_read_as_minutes_and_seconds():
     assert results_tables._minutes(1713.6) == "28 min 34 s"
     assert results_tables._minutes(67.3) == "1 min 7 s"
     assert results_tables._minutes(41.4) == "41 s"
+
+
+def test_a_record_run_at_other_settings_names_them(tmp_path, monkeypatch):
+    """The results table marks a row whose record was run at other SBC settings than the file's
+    (a record left from a run at another budget), and no other row."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import results_tables
+
+    def rec(entry, settings):
+        return {"entry": entry, "sims": 200, "sims_done": 200, "stopped": None, "seconds": 90.0,
+                "workers": 2, "seconds_per_simulation": {"vi": 0.5}, "converged": {"vi": 3},
+                "failed": {"vi": 0}, "calibrated": {"vi": "1/1"},
+                "summary": [{"method": "vi", "quantity": "noise", "calibrated": True,
+                             "shape": "calibrated", "verdict": "calibrated"}],
+                **({"settings": settings} if settings is not None else {})}
+
+    now, old = ["m=6", "smc.mcmc_steps=10", "smc.warmup=100"], ["m=6", "smc.warmup=200"]
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "sbc.json").write_text(json.dumps(
+        {"settings": now, "records": [rec("a", now), rec("b", old), rec("c", None)]}))
+    monkeypatch.setattr(results_tables, "ROOT", tmp_path)
+    rows = {line.split("|")[1].strip(): line for line in results_tables.sbc().splitlines()
+            if line.startswith("| `")}
+    assert "| 200 (2 workers) at `m=6`, `smc.warmup=200` |" in rows["`b`"]
+    assert "| 200 (2 workers) |" in rows["`a`"] and "| 200 (2 workers) |" in rows["`c`"]

@@ -56,9 +56,10 @@ from ssgp_ppl.model import spectral
 from ssgp_ppl.runtime import resources
 
 ROWS = 40  # design points of a simulation (evenly spaced training rows of the data set)
-# so that one simulation takes seconds: m = 6, and the reference's NUTS warm-up sized for that
-# (an entry's [inference.smc] budget is for its full-size data: vssgp asks 500 a chain there)
-SMALL_SETTINGS = ("m=6", "smc.warmup=200")
+# so that one simulation takes seconds: m = 6, and the reference's budget sized for that, 10 HMC
+# moves a temperature and a NUTS warm-up of 100 steps a chain (an entry's [inference.smc] budget
+# is for its full-size data: vssgp asks 500 warm-up steps a chain there)
+SMALL_SETTINGS = ("m=6", "smc.mcmc_steps=10", "smc.warmup=100")
 DRAWS = 99  # L posterior draws per simulation: ranks in {0, …, 99}
 BATCH = 20  # simulations per compiled batch
 LAGS = (0.5, 1.0)  # kernel lags ranked along each input (model units)
@@ -848,7 +849,13 @@ class Reference(SBCMethod):
 
         from ssgp_ppl.inference.methods.smc import target_model
         from ssgp_ppl.inference.runners import site_values
-        from ssgp_ppl.inference.smc import data_potentials, mass_kind, prior_positions, tempered_smc_program
+        from ssgp_ppl.inference.smc import (
+            data_log_joint,
+            data_potentials,
+            mass_kind,
+            prior_positions,
+            tempered_smc_program,
+        )
 
         spec, s = self._target_spec(des)  # what identity() describes, and nothing else
         x = jnp.asarray(des.x)
@@ -869,6 +876,7 @@ class Reference(SBCMethod):
             raise SSGPError(f"smc.chains ({s.chains}) exceeds smc.particles ({particles})")
         y0 = jnp.zeros(x.shape[0], x.dtype)  # the shapes; each simulation's ỹ is an argument
         log_prior, log_lik, unravel, names, transforms = data_potentials(model, x, y0)
+        log_joint = data_log_joint(model, x, y0)  # the chains' target: log_prior + log_lik
         probe = jax.eval_shape(lambda k: prior_positions(model, x, y0, names, transforms, 2, k),
                                jax.random.PRNGKey(0))  # D and the dtype, nothing computed
         smc = tempered_smc_program(log_prior, log_lik, dim=probe.shape[-1], dtype=probe.dtype,
@@ -883,7 +891,7 @@ class Reference(SBCMethod):
             draws (chains, per_chain, D), their log densities (chains, per_chain) and the number
             of divergent transitions."""
             def logdensity(z):
-                return log_prior(z, (x, yy)) + log_lik(z, (x, yy))
+                return log_joint(z, (x, yy))
 
             k0, k1 = jax.random.split(key)
             new = jnp.concatenate([jnp.ones(1, bool), jnp.any(pos[1:] != pos[:-1], axis=-1)])

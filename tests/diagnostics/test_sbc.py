@@ -318,7 +318,8 @@ def test_the_reference_identity_holds_what_its_program_reads_and_nothing_else():
     ident = sbc.METHODS["reference"].identity
     base = ident(sbc.design("svbssgp", rows=10), 99)
     assert ident(sbc.design("vssgp", rows=10), 99) == base
-    assert base["smc"]["warmup"] == 200 and base["smc"]["per_chain"] == 50  # ⌈2 · 99 / 4⌉
+    assert base["smc"]["warmup"] == 100 and base["smc"]["mcmc_steps"] == 10
+    assert base["smc"]["per_chain"] == 50  # ⌈2 · 99 / 4⌉
     for same in ("smc.runs=5", "smc.pilot=true", "smc.samples=51"):
         assert ident(sbc.design("svbssgp", rows=10, settings=sbc.SMALL_SETTINGS + (same,)),
                      99) == base, same
