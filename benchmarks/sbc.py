@@ -1,7 +1,7 @@
 """Simulation-based calibration of every catalog entry with latent variables (``ssgp_ppl.diagnostics.sbc``):
 N simulations on the pendulum inputs at small size (40 design rows, m = 6, L = 99 draws, the
 reference's 10 HMC moves a temperature and NUTS warm-up of 100 steps a chain:
-``sbc.SMALL_SETTINGS``), every
+``sbc.SMALL_SETTINGS``; at most ``sbc.SMALL_PATHS`` = 2 SVI paths stacked), every
 SBC method that applies to the entry (one-path VI, stacked VI, NCVMP, the tempered-SMC
 reference); writes JSON.
 

@@ -597,7 +597,8 @@ TABLES = {
     "sbc": ("Simulation-based calibration",
             "`python benchmarks/sbc.py` (`reports/sbc.json`): every entry with latent variables, "
             "N simulations on 40 pendulum inputs at small size (m = 6, L = 99 draws, the "
-            "reference's 10 HMC moves a temperature and NUTS warm-up of 100 steps a chain; a row "
+            "reference's 10 HMC moves a temperature and NUTS warm-up of 100 steps a chain, at most "
+            "2 SVI paths stacked; a row "
             "run at other settings names them), each SBC "
             "method that applies; a quantity is calibrated when the ECDF of its ranks stays in "
             "the 99% simultaneous band and the χ² test does not reject at 1% "

@@ -330,7 +330,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
     b.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a catalog key on top of the small defaults (m=6, "
-                   "smc.mcmc_steps=10, smc.warmup=100), e.g. --set svi.steps=2000")
+                   "smc.mcmc_steps=10, smc.warmup=100, at most 2 SVI paths), e.g. --set "
+                   "svi.steps=2000")
     b.add_argument("--x64", action="store_true", help="compute in float64")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
@@ -713,7 +714,8 @@ def _compare_sbc(args, data, out: Path):
     from ssgp_ppl.diagnostics import sbc
     from ssgp_ppl.entry import load_entry
 
-    entry = load_entry(args.model).with_overrides(list(sbc.SMALL_SETTINGS) + list(args.sets))
+    entry = sbc.small_paths(load_entry(args.model).with_overrides(list(sbc.SMALL_SETTINGS)))
+    entry = entry.with_overrides(list(args.sets)) if args.sets else entry
     return sbc.add_to_comparison(entry, data, out, sims=args.sbc, seed=args.seed,
                                  progress=not args.no_progress)
 

@@ -60,6 +60,11 @@ ROWS = 40  # design points of a simulation (evenly spaced training rows of the d
 # moves a temperature and a NUTS warm-up of 100 steps a chain (an entry's [inference.smc] budget
 # is for its full-size data: vssgp asks 500 warm-up steps a chain there)
 SMALL_SETTINGS = ("m=6", "smc.mcmc_steps=10", "smc.warmup=100")
+# and at most 2 SVI paths stacked: at 40 rows an entry's SVI runs its whole step budget (the
+# stop rule seldom holds there), a path of ssgp_svi's costs 1 s a simulation in each of 2
+# workers, and its SBC at N = 200 took 16 to 20 minutes with 4 paths; an explicit svi.paths in
+# the settings is kept
+SMALL_PATHS = 2
 DRAWS = 99  # L posterior draws per simulation: ranks in {0, …, 99}
 BATCH = 20  # simulations per compiled batch
 LAGS = (0.5, 1.0)  # kernel lags ranked along each input (model units)
@@ -253,8 +258,19 @@ def check_entry(entry) -> None:
                         f"default {SMALL_SETTINGS[0]}), not 'auto'; give m a number")
 
 
+def small_paths(entry, settings=()):
+    """The entry with at most :data:`SMALL_PATHS` SVI paths, unless ``settings`` name
+    ``svi.paths`` themselves."""
+    named = {str(s).split("=", 1)[0].strip().removeprefix("inference.") for s in settings or ()}
+    paths = entry.config["inference"].get("svi", {}).get("paths", 1)
+    if paths <= SMALL_PATHS or "svi.paths" in named:
+        return entry
+    return entry.with_overrides([f"svi.paths={SMALL_PATHS}"])
+
+
 def design(entry, data="pendulum", *, rows: int = ROWS, settings=SMALL_SETTINGS) -> Design:
-    """The entry with ``settings`` (default :data:`SMALL_SETTINGS`) on ``rows`` evenly spaced
+    """The entry with ``settings`` (default :data:`SMALL_SETTINGS`; non-empty ones with at most
+    :data:`SMALL_PATHS` SVI paths unless they name ``svi.paths``) on ``rows`` evenly spaced
     training inputs of the data set ``data``: a known data set's name, or a loaded
     :class:`~ssgp_ppl.data.datasets.Dataset` (a comparison's, its inputs scaled as the entry's
     ``[data] x_scaling`` says)."""
@@ -263,7 +279,7 @@ def design(entry, data="pendulum", *, rows: int = ROWS, settings=SMALL_SETTINGS)
 
     entry = entry if not isinstance(entry, str | Path) else load_entry(entry)
     if settings:
-        entry = entry.with_overrides(list(settings))
+        entry = small_paths(entry.with_overrides(list(settings)), settings)
     check_entry(entry)
     if not entry.latent_sites:
         raise SSGPError(f"{entry.name}: SBC needs a model with latent sites (priors); this one "
@@ -1587,8 +1603,8 @@ def add_to_comparison(entry, data, out: str | Path, *, sims: int, seed: int = 0,
     Parameters
     ----------
     entry
-        The loaded entry as SBC runs it: :data:`SMALL_SETTINGS`, then the comparison's own
-        overrides (not its budget), applied.
+        The loaded entry as SBC runs it: :data:`SMALL_SETTINGS` and :func:`small_paths`, then
+        the comparison's own overrides (not its budget), applied.
     data
         The comparison's data: a known name or its loaded
         :class:`~ssgp_ppl.data.datasets.Dataset`.
@@ -1733,7 +1749,9 @@ def add_to_report(report: Path, result: Result) -> None:
 
 
 __all__ = ["BAND", "COMPARISON_FOLDER", "DRAWS", "FEW_SIMULATIONS", "LAGS", "METHODS", "ROWS",
-           "SHAPES", "SMALL_SETTINGS", "Batch", "Design", "Reading", "Result", "add_to_comparison",
+           "SHAPES", "SMALL_PATHS", "SMALL_SETTINGS",
+           "Batch", "Design", "Reading", "Result", "add_to_comparison",
            "add_to_report", "check_entry", "check_methods", "chi2_p", "design", "figure",
            "fractional", "html_section", "load", "methods_for", "program", "quantities", "ranks",
-           "reading", "run", "simulate", "summarize", "summary_lines", "to_datatree", "to_json", "write"]
+           "reading", "run", "simulate", "small_paths", "summarize", "summary_lines", "to_datatree",
+           "to_json", "write"]

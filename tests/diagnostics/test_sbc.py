@@ -384,6 +384,27 @@ def test_stacked_vi_batches_fit_each_simulations_paths_in_one_compiled_chunk():
     assert np.all(np.isfinite(first.sites["noise"]))
 
 
+def test_the_small_size_stacks_at_most_four_svi_paths_unless_the_settings_name_them():
+    """ssgp_svi's 8 paths become SMALL_PATHS (2) at the small defaults; an explicit svi.paths is kept
+    (larger or smaller), also a comparison's own on top of the cap; entries with fewer paths, and
+    NCVMP's paths, are left as they are."""
+    def paths(name, settings=sbc.SMALL_SETTINGS):
+        return sbc.design(name, rows=10, settings=settings).entry.config["inference"]["svi"]["paths"]
+
+    assert sbc.SMALL_PATHS == 2 and paths("ssgp_svi") == 2
+    assert paths("ssgp_svi", sbc.SMALL_SETTINGS + ("svi.paths=8",)) == 8
+    assert paths("ssgp_svi", sbc.SMALL_SETTINGS + ("inference.svi.paths=3",)) == 3
+    assert paths("svbssgp") == 1
+    # a comparison's SBC entry: the cap, then its own overrides on top; design keeps it as given
+    from ssgp_ppl.entry import load_entry
+
+    small = sbc.small_paths(load_entry("ssgp_svi").with_overrides(list(sbc.SMALL_SETTINGS)))
+    assert small.config["inference"]["svi"]["paths"] == 2
+    assert paths(small.with_overrides(["svi.paths=8"]), ()) == 8
+    stacked = sbc.design("tan_va_stacked", rows=10).entry.config["inference"]["ncvmp"]["paths"]
+    assert stacked == 10
+
+
 def test_resume_after_an_interruption_gives_the_uninterrupted_result(tmp_path):
     kw = dict(sims=4, methods_=["ncvmp"], rows=12, draws=19, settings=TINY, batch=2,
               progress=False, seed=5)
