@@ -247,7 +247,8 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
         Replace a comparison already in ``out``; continue an interrupted one.
     sbc
         Add simulation-based calibration of this many simulations (``ssgp-ppl compare --sbc N``:
-        `ssgp_ppl.diagnostics.sbc.run` at its small defaults, ``settings`` on top, on the
+        `ssgp_ppl.diagnostics.sbc.run` at its small defaults, at most 2 SVI paths (also for a
+        loaded entry), ``settings`` on top, on the
         training inputs of this split) into ``out/sbc`` and its section to the report.
     budget
         For an entry with ``m = "auto"``: the seconds the entry's own fit is sized to (as in

@@ -258,19 +258,16 @@ def check_entry(entry) -> None:
                         f"default {SMALL_SETTINGS[0]}), not 'auto'; give m a number")
 
 
-def small_paths(entry, settings=()):
-    """The entry with at most :data:`SMALL_PATHS` SVI paths, unless ``settings`` name
-    ``svi.paths`` themselves."""
-    named = {str(s).split("=", 1)[0].strip().removeprefix("inference.") for s in settings or ()}
+def small_paths(entry):
+    """The entry with at most :data:`SMALL_PATHS` SVI paths (settings applied after it may ask
+    for more)."""
     paths = entry.config["inference"].get("svi", {}).get("paths", 1)
-    if paths <= SMALL_PATHS or "svi.paths" in named:
-        return entry
-    return entry.with_overrides([f"svi.paths={SMALL_PATHS}"])
+    return entry if paths <= SMALL_PATHS else entry.with_overrides([f"svi.paths={SMALL_PATHS}"])
 
 
 def design(entry, data="pendulum", *, rows: int = ROWS, settings=SMALL_SETTINGS) -> Design:
-    """The entry with ``settings`` (default :data:`SMALL_SETTINGS`; non-empty ones with at most
-    :data:`SMALL_PATHS` SVI paths unless they name ``svi.paths``) on ``rows`` evenly spaced
+    """The entry with ``settings`` (default :data:`SMALL_SETTINGS`; with non-empty ones, at most
+    :data:`SMALL_PATHS` SVI paths unless they name the paths) on ``rows`` evenly spaced
     training inputs of the data set ``data``: a known data set's name, or a loaded
     :class:`~ssgp_ppl.data.datasets.Dataset` (a comparison's, its inputs scaled as the entry's
     ``[data] x_scaling`` says)."""
@@ -278,8 +275,8 @@ def design(entry, data="pendulum", *, rows: int = ROWS, settings=SMALL_SETTINGS)
     from ssgp_ppl.entry import load_entry
 
     entry = entry if not isinstance(entry, str | Path) else load_entry(entry)
-    if settings:
-        entry = small_paths(entry.with_overrides(list(settings)), settings)
+    if settings:  # the paths capped first, so that settings naming them (in any spelling) win
+        entry = small_paths(entry).with_overrides(list(settings))
     check_entry(entry)
     if not entry.latent_sites:
         raise SSGPError(f"{entry.name}: SBC needs a model with latent sites (priors); this one "
@@ -1319,7 +1316,9 @@ def run(entry, data: str = "pendulum", *, sims: int = 100, methods_: list[str] |
     Parameters
     ----------
     entry
-        A catalog name, TOML path or loaded entry (``settings`` are applied on top).
+        A catalog name, TOML path or loaded entry (``settings`` are applied on top; with
+        non-empty ones its SVI paths are first capped at :data:`SMALL_PATHS`: name
+        ``svi.paths`` in them to keep more).
     data
         The data set whose training inputs are the design points.
     sims

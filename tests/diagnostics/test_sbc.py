@@ -384,7 +384,7 @@ def test_stacked_vi_batches_fit_each_simulations_paths_in_one_compiled_chunk():
     assert np.all(np.isfinite(first.sites["noise"]))
 
 
-def test_the_small_size_stacks_at_most_four_svi_paths_unless_the_settings_name_them():
+def test_the_small_size_stacks_at_most_two_svi_paths_unless_the_settings_name_them():
     """ssgp_svi's 8 paths become SMALL_PATHS (2) at the small defaults; an explicit svi.paths is kept
     (larger or smaller), also a comparison's own on top of the cap; entries with fewer paths, and
     NCVMP's paths, are left as they are."""
@@ -394,6 +394,7 @@ def test_the_small_size_stacks_at_most_four_svi_paths_unless_the_settings_name_t
     assert sbc.SMALL_PATHS == 2 and paths("ssgp_svi") == 2
     assert paths("ssgp_svi", sbc.SMALL_SETTINGS + ("svi.paths=8",)) == 8
     assert paths("ssgp_svi", sbc.SMALL_SETTINGS + ("inference.svi.paths=3",)) == 3
+    assert paths("ssgp_svi", sbc.SMALL_SETTINGS + ("paths=8",)) == 8  # the leaf key alone
     assert paths("svbssgp") == 1
     # a comparison's SBC entry: the cap, then its own overrides on top; design keeps it as given
     from ssgp_ppl.entry import load_entry
