@@ -281,8 +281,7 @@ def compare(model: str | Path | CatalogEntry, data=None, *, out: str | Path | No
     if sbc is not None:  # its entry checked before the comparison runs, not after
         from ssgp_ppl.diagnostics import sbc as sbc_module
 
-        small = _entry(model, None).with_overrides(list(sbc_module.SMALL_SETTINGS))
-        sbc_entry = _entry(sbc_module.small_paths(small), settings)
+        sbc_entry = _entry(sbc_module.small(_entry(model, None)), settings)
         sbc_module.check_entry(sbc_entry)
     table = TableOptions.of(inputs, drop, dropna, encode, dates)
     ds = _dataset(entry, data, None, None, target=target, split=split, x_test=None, y_test=None,

@@ -62,8 +62,8 @@ ROWS = 40  # design points of a simulation (evenly spaced training rows of the d
 SMALL_SETTINGS = ("m=6", "smc.mcmc_steps=10", "smc.warmup=100")
 # and at most 2 SVI paths stacked: at 40 rows an entry's SVI runs its whole step budget (the
 # stop rule seldom holds there), a path of ssgp_svi's costs 1 s a simulation in each of 2
-# workers, and its SBC at N = 200 took 16 to 20 minutes with 4 paths; an explicit svi.paths in
-# the settings is kept
+# workers, and its SBC at N = 200 took 19.5 minutes with 4 paths (13.5 with 2); an explicit
+# svi.paths in the settings is kept
 SMALL_PATHS = 2
 DRAWS = 99  # L posterior draws per simulation: ranks in {0, …, 99}
 BATCH = 20  # simulations per compiled batch
@@ -265,6 +265,13 @@ def small_paths(entry):
     return entry if paths <= SMALL_PATHS else entry.with_overrides([f"svi.paths={SMALL_PATHS}"])
 
 
+def small(entry, settings=SMALL_SETTINGS):
+    """The entry as SBC runs it: its SVI paths capped (:func:`small_paths`), then ``settings``
+    (``key=value`` texts, default :data:`SMALL_SETTINGS`) on top, so that settings naming the
+    paths, in any spelling, win."""
+    return small_paths(entry).with_overrides(list(settings))
+
+
 def design(entry, data="pendulum", *, rows: int = ROWS, settings=SMALL_SETTINGS) -> Design:
     """The entry with ``settings`` (default :data:`SMALL_SETTINGS`; with non-empty ones, at most
     :data:`SMALL_PATHS` SVI paths unless they name the paths) on ``rows`` evenly spaced
@@ -275,8 +282,8 @@ def design(entry, data="pendulum", *, rows: int = ROWS, settings=SMALL_SETTINGS)
     from ssgp_ppl.entry import load_entry
 
     entry = entry if not isinstance(entry, str | Path) else load_entry(entry)
-    if settings:  # the paths capped first, so that settings naming them (in any spelling) win
-        entry = small_paths(entry).with_overrides(list(settings))
+    if settings:
+        entry = small(entry, settings)
     check_entry(entry)
     if not entry.latent_sites:
         raise SSGPError(f"{entry.name}: SBC needs a model with latent sites (priors); this one "
@@ -1602,8 +1609,8 @@ def add_to_comparison(entry, data, out: str | Path, *, sims: int, seed: int = 0,
     Parameters
     ----------
     entry
-        The loaded entry as SBC runs it: :data:`SMALL_SETTINGS` and :func:`small_paths`, then
-        the comparison's own overrides (not its budget), applied.
+        The loaded entry as SBC runs it (:func:`small`), then the comparison's own overrides
+        (not its budget) applied.
     data
         The comparison's data: a known name or its loaded
         :class:`~ssgp_ppl.data.datasets.Dataset`.
@@ -1752,5 +1759,5 @@ __all__ = ["BAND", "COMPARISON_FOLDER", "DRAWS", "FEW_SIMULATIONS", "LAGS", "MET
            "Batch", "Design", "Reading", "Result", "add_to_comparison",
            "add_to_report", "check_entry", "check_methods", "chi2_p", "design", "figure",
            "fractional", "html_section", "load", "methods_for", "program", "quantities", "ranks",
-           "reading", "run", "simulate", "small_paths", "summarize", "summary_lines", "to_datatree",
+           "reading", "run", "simulate", "small", "small_paths", "summarize", "summary_lines", "to_datatree",
            "to_json", "write"]

@@ -399,7 +399,7 @@ def test_the_small_size_stacks_at_most_two_svi_paths_unless_the_settings_name_th
     # a comparison's SBC entry: the cap, then its own overrides on top; design keeps it as given
     from ssgp_ppl.entry import load_entry
 
-    small = sbc.small_paths(load_entry("ssgp_svi").with_overrides(list(sbc.SMALL_SETTINGS)))
+    small = sbc.small(load_entry("ssgp_svi"))
     assert small.config["inference"]["svi"]["paths"] == 2
     assert paths(small.with_overrides(["svi.paths=8"]), ()) == 8
     stacked = sbc.design("tan_va_stacked", rows=10).entry.config["inference"]["ncvmp"]["paths"]
