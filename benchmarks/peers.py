@@ -108,9 +108,12 @@ def machine() -> dict:
             "threads_per_library": 1}
 
 
-def load_set(name: str, data_dir=None, split: int = 0):
+def load_set(name: str, data_dir=None, split: int = 0, x_scaling: str = "standard"):
+    """Set ``name``'s split, its inputs scaled as ``x_scaling`` says (an entry's ``[data]
+    x_scaling``: Tan et al. 2016's entries take inputs in [-1, 1]; the peers standardised ones)."""
     data, subsample, _ = SETS[name]
-    return datasets.load(data, split=split, subsample=subsample, data_dir=data_dir)
+    return datasets.load(data, split=split, subsample=subsample, data_dir=data_dir,
+                         x_scaling=x_scaling)
 
 
 def record_path(out: Path, set_name: str, method: str, seed: int) -> Path:
@@ -205,11 +208,12 @@ def measure(set_name: str, method: str, *, out: Path, quick: bool, seed: int, ov
     path = record_path(out, set_name, method, seed)
     if path.exists() and not overwrite:
         return json.loads(path.read_text())
-    ds = load_set(set_name, data_dir, split=seed)
     kind = "peer" if method in peer_fits.PEERS else "ours"
+    scaling = "standard" if kind == "peer" else load_entry(method).config["data"]["x_scaling"]
+    ds = load_set(set_name, data_dir, split=seed, x_scaling=scaling)
     rec = {"set": set_name, "method": method, "kind": kind, "bayesian": method in BAYESIAN,
            "n_train": int(ds.n_train), "n_test": int(ds.n_test), "d": int(ds.n_features),
-           "quick": quick, "seed": seed, "split": int(ds.split)}
+           "quick": quick, "seed": seed, "split": int(ds.split), "x_scaling": scaling}
     log(f"{set_name} · {method} (n = {ds.n_train}, d = {ds.n_features}) …")
     try:
         if kind == "peer":

@@ -40,8 +40,8 @@ def measure(set_name: str, entry_name: str, *, out: Path, budget: float | None,
     path = out / set_name / f"{entry_name}.json"
     if path.exists() and not overwrite:
         return json.loads(path.read_text())
-    ds = peers.load_set(set_name)
     entry = load_entry(entry_name)
+    ds = peers.load_set(set_name, x_scaling=entry.config["data"]["x_scaling"])
     peers.log(f"{set_name} · {entry_name} (n = {ds.n_train}, d = {ds.n_features}) …")
     rec = {"set": set_name, "entry": entry_name, "n_train": int(ds.n_train),
            "d": int(ds.n_features)}

@@ -100,9 +100,6 @@ MISS_REASONS = {
                 "predicts better (3 seeds).",
     "pol": "`svbssgp_collapsed`'s full-rank guide over 50 × 26 = 1,300 frequency coordinates "
            "costs about 9.5 ms a step, and its stop rule takes 28,000 steps.",
-    "protein": "The pilot chose m = 25 (its scores at 25 and 50 within 0.01 nats per row); "
-               "NMSE 1.003× the best peer's. All rows at m = 50 reached 0.92× in 545 s for 6,000 "
-               "steps.",
     "airline-1m": "One seed; the partition-sampled `vssgp` at m = 20 (NMSE 1.03×).",
 }
 

@@ -162,6 +162,29 @@ def test_full_batch_cost_and_the_entries_it_skips(tmp_path):
     assert json.loads((tmp_path / "pendulum" / "ssgp.json").read_text()) == rec
 
 
+def test_each_entry_gets_its_inputs_scaled_as_its_entry_says(tmp_path):
+    """Tan et al. 2016's entries are fitted on inputs in [-1, 1] (``[data] x_scaling =
+    "minmax"``), the others and the peers on standardised ones; the record names the scaling."""
+    out = _python(f"""
+        import json, peers
+        from pathlib import Path
+        seen = {{}}
+        def fake(method, ds, **kw):
+            seen[method] = [float(ds.x_train.min()), float(ds.x_train.max())]
+            return {{"skipped": "not fitted"}}
+        peers.run_ours = fake
+        recs = {{e: peers.measure("pendulum", e, out=Path({str(tmp_path)!r}), quick=True, seed=0,
+                                 overwrite=False) for e in ("tan_va", "ssgp")}}
+        print(json.dumps({{"seen": seen, "scaling": {{e: r["x_scaling"] for e, r in recs.items()}}}}))
+    """)
+    doc = json.loads(out)
+    assert doc["scaling"] == {"tan_va": "minmax", "ssgp": "standard"}
+    lo, hi = doc["seen"]["tan_va"]
+    assert lo == -1.0 and hi == 1.0
+    lo, hi = doc["seen"]["ssgp"]
+    assert lo < -1.0 or hi > 1.0  # standardised: pendulum's inputs reach past one sd
+
+
 def test_peers_unknown_set_is_one_line_exit_2(tmp_path):
     r = subprocess.run([sys.executable, str(BENCH / "peers.py"), "--sets", "nope", "--out",
                         str(tmp_path)], capture_output=True, text=True, timeout=300)

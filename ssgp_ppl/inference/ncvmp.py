@@ -167,6 +167,16 @@ def to_nuisance(alpha):
     return jnp.stack([alpha[..., :m], alpha[..., m:]], axis=-1).reshape(alpha.shape)
 
 
+def _damped_expm1(half, v):
+    """e^{half}(e^{v} − 1) with half + v ≤ 0: ``expm1`` where |v| ≤ 1 (no cancellation as v → 0),
+    e^{half + v} − e^{half} elsewhere. The product form e^{half}·expm1(v) is 0·∞ = NaN where a row's
+    damping e^{half} underflows and e^{v} overflows (float32: |t|ᵀΣ|t| past ~88, inputs a few
+    standard deviations out)."""
+    small = jnp.abs(v) <= 1.0
+    safe = jnp.where(small, v, 0.0)  # no overflow in the branch not taken (nor in its gradient)
+    return jnp.where(small, jnp.exp(half) * jnp.expm1(safe), jnp.exp(half + v) - jnp.exp(half))
+
+
 def _pair_terms(x, points, mu, sigma, centred: bool = False):
     """For rows x (c, d): E_q cos/sin products of App. A Lemma 1, each (c, m, m).
 
@@ -191,8 +201,7 @@ def _pair_terms(x, points, mu, sigma, centred: bool = False):
     u = jnp.diagonal(big_u, axis1=1, axis2=2)
     half = -0.5 * (u[:, :, None] + u[:, None, :])
     if centred:
-        base = jnp.exp(half)
-        e_minus, e_plus = base * jnp.expm1(big_u), base * jnp.expm1(-big_u)
+        e_minus, e_plus = _damped_expm1(half, big_u), _damped_expm1(half, -big_u)
     else:
         e_minus, e_plus = jnp.exp(half + big_u), jnp.exp(half - big_u)
     ca, sa = jnp.cos(a), jnp.sin(a)

@@ -111,6 +111,26 @@ def test_expected_features_and_gram_match_monte_carlo(x64, autompg_small):
     np.testing.assert_allclose(v, ezz - ez.T @ ez, rtol=0, atol=50 * eps * float(jnp.max(ezz)))
 
 
+def test_covariance_is_finite_where_a_rows_damping_underflows(autompg_small):
+    """A row far out (every input 8): in float32 its damping e^{−(u_r+u_l)/2} underflows to 0
+    while e^{U_rl} overflows; V = Σᵢ Cov_q(Zᵢ) is still finite, and equal to the float64
+    E(ZᵀZ) − E(Z)ᵀE(Z)."""
+    x = np.asarray(autompg_small[0], np.float64).copy()
+    x[0] = 8.0
+    d = x.shape[1]
+    points = np.random.default_rng(0).standard_normal((5, d))
+    mu, sigma = np.full(d, 0.5), 0.5 * np.eye(d)  # Algorithm 1's start (Tan et al. 2016, §4)
+    f32 = [jnp.asarray(a, jnp.float32) for a in (x, points, mu, sigma)]
+    v = np.asarray(ncvmp.expected_gram(*f32, centred=True))
+    assert np.all(np.isfinite(v))
+    with jax.enable_x64(True):
+        f64 = [jnp.asarray(a, jnp.float64) for a in (x, points, mu, sigma)]
+        ez = ncvmp.expected_features(*f64)
+        ezz = ncvmp.expected_gram(*f64)
+        ref = np.asarray(ezz - ez.T @ ez)
+    np.testing.assert_allclose(v, ref, rtol=0, atol=1e-5 * float(np.max(np.abs(ezz))))
+
+
 def test_gram_is_chunk_invariant(x64, autompg_small, monkeypatch):
     x, y, points, prior = _problem(autompg_small, m=6)
     st = _random_state(jax.random.PRNGKey(5), 60, 6, x.shape[1], jnp.float64)
