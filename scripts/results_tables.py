@@ -624,8 +624,9 @@ TABLES = {
                    "(`reports/svbssgp/tables.md`).", _archived_tables("reports/svbssgp/tables.md")),
     "peers": ("Against the peers: GPyTorch, GPJax, exact GPs",
               "`pip install -e \".[bench]\"` then `python benchmarks/peers.py` "
-              "(`reports/peers/peers.json`): the same train/test rows and standardisation for "
-              "every method (split 0), one thread per library; test metrics in the target's "
+              "(`reports/peers/peers.json`): the same train/test rows for every method (split 0), "
+              "the inputs standardised (Tan et al. 2016's `tan_va`: scaled to [-1, 1], as its "
+              "entry's `[data] x_scaling` says), one thread per library; test metrics in the target's "
               "original units. GPyTorch and GPJax SVGPs: 512 k-means inducing points, minibatches "
               "of 1,024, Adam, 2,000 steps; the exact GP (scikit-learn, L-BFGS on the marginal "
               "likelihood) on at most 2,000 training rows. On a GPU: `JAX_COMPILATION_CACHE_DIR=DIR "
