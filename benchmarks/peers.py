@@ -1,7 +1,6 @@
 """This project's entries side by side with the peers a user would pick instead: GPyTorch's SVGP,
-GPJax's SVGP and an exact GP, on the same train/test rows, the inputs scaled as each entry's
-``[data] x_scaling`` says (standardised; Tan et al. 2016's entries: [-1, 1]; the peers:
-standardised).
+GPJax's SVGP and an exact GP, on the same train/test rows; the inputs standardised, except for
+entries whose ``[data] x_scaling`` asks otherwise (Tan et al. 2016's: [-1, 1]).
 
   python benchmarks/peers.py                      # every set below, every method; resumes
   python benchmarks/peers.py --sets pendulum,kin40k --methods gpytorch_svgp,svbssgp_collapsed

@@ -655,7 +655,7 @@ def cmd_compare(args) -> int:
             if getattr(args, "sbc", None):  # refused before the comparison runs, not after
                 from ssgp_ppl.diagnostics import sbc
 
-                sbc.check_entry(sbc.small(entry, tuple(sbc.SMALL_SETTINGS) + tuple(args.sets)))
+                sbc.check_entry(sbc.small(entry, sbc.SMALL_SETTINGS + tuple(args.sets)))
             data = _load_data(args, entry)
             entry = budget(entry, data.n_train, steps=args.steps, samples=args.samples,
                            chains=args.chains)
@@ -714,7 +714,7 @@ def _compare_sbc(args, data, out: Path):
     from ssgp_ppl.diagnostics import sbc
     from ssgp_ppl.entry import load_entry
 
-    entry = sbc.small(load_entry(args.model), tuple(sbc.SMALL_SETTINGS) + tuple(args.sets))
+    entry = sbc.small(load_entry(args.model), sbc.SMALL_SETTINGS + tuple(args.sets))
     return sbc.add_to_comparison(entry, data, out, sims=args.sbc, seed=args.seed,
                                  progress=not args.no_progress)
 
